@@ -1,0 +1,42 @@
+# Two commands for a newcomer: `make demo` and `make test`. Both create the
+# virtualenv on first use; nothing needs to be installed by hand.
+
+# The first Python >= 3.12 found (Django 6 needs it): on PATH, then pyenv's.
+PYTHON ?= $(shell for p in python3.14 python3.13 python3.12 python3 \
+	$$(ls -d $${PYENV_ROOT:-$$HOME/.pyenv}/versions/3.1[2-9]*/bin/python3 2>/dev/null | sort -rV); do \
+	"$$p" -c 'import sys; sys.exit(sys.version_info < (3, 12))' >/dev/null 2>&1 && { echo "$$p"; break; }; done)
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test lint serve format clean
+
+$(STAMP): requirements.txt pyproject.toml
+	@test -n "$(PYTHON)" || { echo "No Python >= 3.12 found; set PYTHON=/path/to/python3.12"; exit 1; }
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -r requirements.txt -e .
+	@touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/python manage.py migrate --verbosity 0
+	$(BIN)/python manage.py run_demo
+
+test: $(STAMP)
+	$(BIN)/python -m pytest
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy orchestration
+
+format: $(STAMP)
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
+
+serve: $(STAMP)
+	$(BIN)/python manage.py migrate --verbosity 0
+	$(BIN)/python manage.py runserver 127.0.0.1:8000
+
+clean:
+	rm -rf $(VENV) .pgdata .pytest_cache .mypy_cache .ruff_cache *.egg-info

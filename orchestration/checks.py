@@ -1,0 +1,55 @@
+"""System checks that explain a misconfiguration before a worker starts."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.core.checks import Error, Warning, register
+
+from .conf import DEFAULTS, conf
+
+_POSITIVE_NUMBERS = ("STUCK_AFTER", "HEARTBEAT_INTERVAL", "POLL_INTERVAL", "RETRY_BACKOFF_MAX", "CONCURRENCY")
+_NON_NEGATIVE_NUMBERS = ("DEFAULT_MAX_RETRIES", "RETRY_BACKOFF", "SHUTDOWN_GRACE", "MAX_PAYLOAD_BYTES")
+
+
+@register()
+def check_settings(app_configs: Any = None, **kwargs: Any) -> list[Any]:
+    problems: list[Any] = []
+    for key in sorted(conf.user_keys() - DEFAULTS.keys()):
+        problems.append(
+            Warning(
+                f"ORCHESTRATION[{key!r}] is not a setting of orchestration.",
+                hint=f"Known settings: {', '.join(sorted(DEFAULTS))}.",
+                id="orchestration.W001",
+            )
+        )
+    for key in _POSITIVE_NUMBERS + _NON_NEGATIVE_NUMBERS:
+        value = getattr(conf, key)
+        minimum_ok = value > 0 if key in _POSITIVE_NUMBERS else value >= 0
+        if isinstance(value, bool) or not isinstance(value, int | float) or not minimum_ok:
+            bound = "a number above 0" if key in _POSITIVE_NUMBERS else "a number of 0 or more"
+            problems.append(Error(f"ORCHESTRATION[{key!r}] is {value!r}; it must be {bound}.", id="orchestration.E001"))
+    if not problems and conf.HEARTBEAT_INTERVAL >= conf.STUCK_AFTER:
+        problems.append(
+            Error(
+                "ORCHESTRATION['HEARTBEAT_INTERVAL'] must be shorter than STUCK_AFTER, "
+                "or live workflows would be reclaimed as stuck.",
+                id="orchestration.E002",
+            )
+        )
+    alias = conf.DATABASE
+    if alias not in settings.DATABASES:
+        problems.append(
+            Error(f"ORCHESTRATION['DATABASE'] names {alias!r}, which is not in DATABASES.", id="orchestration.E003")
+        )
+    elif "postgresql" not in settings.DATABASES[alias].get("ENGINE", ""):
+        problems.append(
+            Error(
+                f"The database {alias!r} does not use PostgreSQL; orchestration needs it "
+                "(SKIP LOCKED, LISTEN/NOTIFY, jsonb).",
+                hint="Set ENGINE to 'django.db.backends.postgresql'.",
+                id="orchestration.E004",
+            )
+        )
+    return problems

@@ -1,0 +1,42 @@
+"""Settings, read lazily from ``settings.ORCHESTRATION`` on every access.
+
+Reading on access (not at import) keeps ``override_settings`` working in tests
+and lets a project change a value without restarting Django's app loading.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings as django_settings
+
+DEFAULTS: dict[str, Any] = {
+    "STUCK_AFTER": 300,
+    "HEARTBEAT_INTERVAL": 30,
+    "DEFAULT_MAX_RETRIES": 3,
+    "RETRY_BACKOFF": 1,
+    "RETRY_BACKOFF_MAX": 600,
+    "POLL_INTERVAL": 1.0,
+    "SHUTDOWN_GRACE": 30,
+    "DATABASE": "default",
+    "CONCURRENCY": 4,
+    # Largest accepted JSON encoding of a workflow's input or a step's output.
+    "MAX_PAYLOAD_BYTES": 1024 * 1024,
+    # A workflow whose worker died this many times in a row at the same step
+    # is parked as failed instead of being reclaimed again.
+    "MAX_WORKER_DEATHS": 3,
+}
+
+
+class OrchestrationSettings:
+    def __getattr__(self, name: str) -> Any:
+        if name not in DEFAULTS:
+            raise AttributeError(f"unknown orchestration setting {name!r}")
+        user_settings = getattr(django_settings, "ORCHESTRATION", None) or {}
+        return user_settings.get(name, DEFAULTS[name])
+
+    def user_keys(self) -> set[str]:
+        return set((getattr(django_settings, "ORCHESTRATION", None) or {}).keys())
+
+
+conf = OrchestrationSettings()

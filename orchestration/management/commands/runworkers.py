@@ -1,0 +1,70 @@
+from __future__ import annotations
+
+import logging
+import sys
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from orchestration.conf import conf
+from orchestration.validation import InvalidWorkflowInput, validate_queue
+from orchestration.worker import Worker
+
+
+def _positive_int(value: str) -> int:
+    number = int(value)
+    if number < 1:
+        raise ValueError(value)
+    return number
+
+
+def _positive_float(value: str) -> float:
+    number = float(value)
+    if not number > 0:
+        raise ValueError(value)
+    return number
+
+
+class Command(BaseCommand):
+    help = "Run workflow workers: claim pending workflows and run them until stopped (SIGTERM/SIGINT)."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument(
+            "--concurrency", type=_positive_int, default=None, help="worker threads (default: CONCURRENCY, 4)"
+        )
+        parser.add_argument("--queues", default=None, help="comma-separated queues to serve (default: all)")
+        parser.add_argument("--burst", action="store_true", help="exit once nothing is due and nothing is held")
+        parser.add_argument(
+            "--poll-interval", type=_positive_float, default=None, help="seconds between polls when idle"
+        )
+        parser.add_argument(
+            "--no-listen", action="store_true", help="do not LISTEN for new work; rely on polling (PgBouncer)"
+        )
+        parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        queues = None
+        if options["queues"] is not None:
+            queues = [name.strip() for name in options["queues"].split(",")]
+            try:
+                for name in queues:
+                    validate_queue(name)
+            except InvalidWorkflowInput as exc:
+                raise CommandError(f"--queues {options['queues']!r}: {exc}") from None
+        self._configure_logging(options["log_level"])
+        worker = Worker(
+            concurrency=options["concurrency"] or conf.CONCURRENCY,
+            queues=queues,
+            burst=options["burst"],
+            poll_interval=options["poll_interval"],
+            listen=not options["no_listen"],
+        )
+        worker.run()
+
+    def _configure_logging(self, level: str) -> None:
+        package_logger = logging.getLogger("orchestration")
+        if not package_logger.handlers and not logging.getLogger().handlers:
+            handler = logging.StreamHandler(sys.stderr)
+            handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+            package_logger.addHandler(handler)
+        package_logger.setLevel(level)

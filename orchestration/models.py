@@ -1,0 +1,153 @@
+"""The two tables of the seed schema, with the columns the engine adds.
+
+Every default lives in the database (``db_default``) so that a row inserted by
+plain SQL from any language is claimed like one made by ``start_workflow``.
+Status changes are written only by ``orchestration.api`` (operator and user
+transitions) and ``orchestration.queue`` (the worker's transitions).
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from django.contrib.postgres.functions import RandomUUID
+from django.db import models
+from django.db.models import Q
+from django.db.models.functions import Now
+
+
+class WorkflowStatus(models.TextChoices):
+    PENDING = "pending"
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+class StepStatus(models.TextChoices):
+    PENDING = "pending"
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"
+
+
+FINISHED_STATUSES = (
+    WorkflowStatus.COMPLETED,
+    WorkflowStatus.FAILED,
+    WorkflowStatus.CANCELLED,
+)
+
+
+class Workflow(models.Model):
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, db_default=RandomUUID(), editable=False)
+    workflow_type = models.CharField(max_length=100)
+    status = models.CharField(
+        max_length=20,
+        choices=WorkflowStatus.choices,
+        default=WorkflowStatus.PENDING,
+        db_default=WorkflowStatus.PENDING.value,
+    )
+    input_data = models.JSONField(null=True, blank=True)
+    current_step = models.IntegerField(default=0, db_default=0)
+    max_retries = models.IntegerField(default=3, db_default=3)
+    error_message = models.TextField(null=True, blank=True)
+    created_at = models.DateTimeField(db_default=Now())
+    updated_at = models.DateTimeField(db_default=Now())
+
+    # Columns the engine adds to the seed schema.
+    attempts = models.IntegerField(default=0, db_default=0)
+    output_data = models.JSONField(null=True, blank=True)
+    run_after = models.DateTimeField(null=True, blank=True)
+    queue = models.CharField(max_length=100, default="default", db_default="default")
+    priority = models.IntegerField(default=0, db_default=0)
+    idempotency_key = models.CharField(max_length=255, null=True, blank=True)
+    # A fresh token per claim: every write a worker makes is conditioned on it,
+    # so a worker that lost the workflow can never overwrite newer state.
+    lease_token = models.UUIDField(null=True, blank=True, editable=False)
+    worker_id = models.CharField(max_length=255, null=True, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    error_traceback = models.TextField(null=True, blank=True)
+    # Consecutive worker deaths at ``lost_at_step`` (crash-loop quarantine).
+    worker_deaths = models.IntegerField(default=0, db_default=0)
+    lost_at_step = models.IntegerField(null=True, blank=True)
+
+    class Meta:
+        db_table = "workflows"
+        ordering = ["-created_at"]
+        indexes = [
+            models.Index(fields=["status", "created_at"], name="idx_workflows_status"),
+            # Claiming reads only pending rows, so millions of finished rows
+            # never enter this index and the claim stays an index scan.
+            models.Index(
+                models.F("priority").desc(),
+                "created_at",
+                name="idx_workflows_claim",
+                condition=Q(status="pending"),
+            ),
+            # The stuck-workflow sweep reads only running rows.
+            models.Index(fields=["updated_at"], name="idx_workflows_running", condition=Q(status="running")),
+            models.Index(fields=["workflow_type", "created_at"], name="idx_workflows_type_created"),
+        ]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["idempotency_key"],
+                name="uniq_workflows_idempotency_key",
+                condition=Q(idempotency_key__isnull=False),
+            ),
+            models.CheckConstraint(condition=Q(max_retries__gte=0), name="workflows_max_retries_gte_0"),
+        ]
+        permissions = [
+            ("retry_workflow", "Can retry or restart workflows"),
+            ("cancel_workflow", "Can cancel workflows"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.workflow_type} {self.id}"
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status in FINISHED_STATUSES
+
+
+class WorkflowStep(models.Model):
+    id = models.BigAutoField(primary_key=True)
+    # Indexed by the seed's (workflow_id, step_number) index and unique constraint.
+    workflow = models.ForeignKey(
+        Workflow, on_delete=models.CASCADE, related_name="steps", db_column="workflow_id", db_index=False
+    )
+    step_number = models.IntegerField()
+    step_name = models.CharField(max_length=200, null=True, blank=True)
+    status = models.CharField(
+        max_length=20,
+        choices=StepStatus.choices,
+        default=StepStatus.PENDING,
+        db_default=StepStatus.PENDING.value,
+    )
+    output_data = models.JSONField(null=True, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    completed_at = models.DateTimeField(null=True, blank=True)
+    error_message = models.TextField(null=True, blank=True)
+    # How many times the step body was started (at least once semantics).
+    attempts = models.IntegerField(default=0, db_default=0)
+
+    class Meta:
+        db_table = "workflow_steps"
+        ordering = ["workflow", "step_number"]
+        indexes = [
+            models.Index(fields=["workflow", "step_number"], name="idx_workflow_steps_lookup"),
+        ]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["workflow", "step_number"], name="workflow_steps_workflow_id_step_number_key"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"step {self.step_number} {self.step_name}"
+
+    @property
+    def duration_seconds(self) -> float | None:
+        if self.started_at and self.completed_at:
+            return (self.completed_at - self.started_at).total_seconds()
+        return None

@@ -1,0 +1,299 @@
+"""The worker's side of the state machine: claim, checkpoint, finish, release,
+heartbeat and the stuck-workflow sweep.
+
+Every write here is fenced: it is a conditional UPDATE of the workflow row on
+``(id, lease_token, status='running')``, made in the same transaction as any
+step-row write. A worker whose lease was taken (reclaimed as stuck, cancelled,
+released on shutdown) therefore changes nothing, and the row lock the fence
+takes serialises it against whoever took the lease.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import threading
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.db import transaction
+from django.db.models import F, Q
+from django.db.models.functions import Coalesce, Now
+
+from .conf import conf
+from .errors import LeaseLost, WorkflowCancelled
+from .models import StepStatus, Workflow, WorkflowStatus, WorkflowStep
+from .retry import backoff_seconds, should_retry
+from .sql import try_reclaim_lock
+
+logger = logging.getLogger(__name__)
+
+WORKER_LOST = "worker lost"
+
+
+@dataclass
+class ClaimedRun:
+    """A workflow this process holds, with the lease that fences its writes."""
+
+    id: uuid.UUID
+    workflow_type: str
+    input_data: Any
+    lease_token: uuid.UUID
+    attempts: int
+    max_retries: int
+    queue: str
+    lost: threading.Event = field(default_factory=threading.Event)
+
+
+@dataclass(frozen=True)
+class RecordedStep:
+    number: int
+    name: str | None
+    status: str
+    output: Any
+
+
+def _workflows() -> Any:
+    return Workflow.objects.using(conf.DATABASE)
+
+
+def _steps() -> Any:
+    return WorkflowStep.objects.using(conf.DATABASE)
+
+
+def _due() -> Q:
+    return Q(status=WorkflowStatus.PENDING) & (Q(run_after__isnull=True) | Q(run_after__lte=Now()))
+
+
+def claim(worker_id: str, queues: list[str] | None, limit: int = 1) -> list[ClaimedRun]:
+    """Lock up to ``limit`` due workflows, mark them running, and commit.
+
+    SKIP LOCKED lets any number of workers claim side by side without ever
+    taking the same row; the commit happens before any user code runs.
+    """
+    with transaction.atomic(using=conf.DATABASE):
+        candidates = _workflows().filter(_due())
+        if queues:
+            candidates = candidates.filter(queue__in=queues)
+        rows = list(
+            candidates.order_by("-priority", "created_at")
+            .select_for_update(skip_locked=True)
+            .values("id", "workflow_type", "input_data", "attempts", "max_retries", "queue")[:limit]
+        )
+        runs = []
+        for row in rows:
+            token = uuid.uuid4()
+            _workflows().filter(pk=row["id"]).update(
+                status=WorkflowStatus.RUNNING,
+                lease_token=token,
+                attempts=F("attempts") + 1,
+                worker_id=worker_id,
+                started_at=Coalesce(F("started_at"), Now()),
+                updated_at=Now(),
+                run_after=None,
+            )
+            runs.append(
+                ClaimedRun(
+                    id=row["id"],
+                    workflow_type=row["workflow_type"],
+                    input_data=row["input_data"],
+                    lease_token=token,
+                    attempts=row["attempts"] + 1,
+                    max_retries=row["max_retries"],
+                    queue=row["queue"],
+                )
+            )
+        return runs
+
+
+def has_due_work(queues: list[str] | None) -> bool:
+    candidates = _workflows().filter(_due())
+    if queues:
+        candidates = candidates.filter(queue__in=queues)
+    return bool(candidates.exists())
+
+
+def recorded_steps(run: ClaimedRun) -> dict[int, RecordedStep]:
+    rows = _steps().filter(workflow_id=run.id).values_list("step_number", "step_name", "status", "output_data")
+    return {number: RecordedStep(number, name, status, output) for number, name, status, output in rows}
+
+
+def _fence(run: ClaimedRun, **changes: Any) -> None:
+    """Touch the workflow row if, and only if, this run still holds it."""
+    held = _workflows().filter(pk=run.id, lease_token=run.lease_token, status=WorkflowStatus.RUNNING)
+    if held.update(updated_at=Now(), **changes):
+        return
+    run.lost.set()
+    status = _workflows().filter(pk=run.id).values_list("status", flat=True).first()
+    if status == WorkflowStatus.CANCELLED:
+        raise WorkflowCancelled(f"Workflow {run.id} was cancelled.")
+    raise LeaseLost(f"Workflow {run.id} is no longer held by this worker (it is {status}).")
+
+
+def start_step(run: ClaimedRun, number: int, name: str) -> None:
+    with transaction.atomic(using=conf.DATABASE):
+        _fence(run)
+        updated = (
+            _steps()
+            .filter(workflow_id=run.id, step_number=number)
+            .update(
+                step_name=name,
+                status=StepStatus.RUNNING,
+                started_at=Now(),
+                completed_at=None,
+                error_message=None,
+                attempts=F("attempts") + 1,
+            )
+        )
+        if not updated:
+            _steps().create(
+                workflow_id=run.id,
+                step_number=number,
+                step_name=name,
+                status=StepStatus.RUNNING,
+                started_at=Now(),
+                attempts=1,
+            )
+
+
+def complete_step(run: ClaimedRun, number: int, output: Any) -> None:
+    """Write the step's checkpoint and advance ``current_step`` in one transaction."""
+    with transaction.atomic(using=conf.DATABASE):
+        # Progress ends a crash loop: deaths are counted at one step in a row.
+        _fence(run, current_step=number, worker_deaths=0, lost_at_step=None)
+        _steps().filter(workflow_id=run.id, step_number=number).update(
+            status=StepStatus.COMPLETED, output_data=output, completed_at=Now(), error_message=None
+        )
+
+
+def fail_step(run: ClaimedRun, number: int, message: str) -> None:
+    with transaction.atomic(using=conf.DATABASE):
+        _fence(run)
+        _steps().filter(workflow_id=run.id, step_number=number).update(
+            status=StepStatus.FAILED, error_message=message, completed_at=Now()
+        )
+
+
+def complete_workflow(run: ClaimedRun, output: Any) -> None:
+    _fence(
+        run,
+        status=WorkflowStatus.COMPLETED,
+        output_data=output,
+        finished_at=Now(),
+        lease_token=None,
+        error_message=None,
+        error_traceback=None,
+    )
+
+
+def fail_workflow(run: ClaimedRun, message: str, traceback: str | None, *, retryable: bool) -> float | None:
+    """Fail this attempt: back to pending after a backoff while attempts remain
+    (returns the delay in seconds), else failed for good (returns None)."""
+    if retryable and should_retry(run.attempts, run.max_retries):
+        delay = backoff_seconds(run.attempts, conf.RETRY_BACKOFF, conf.RETRY_BACKOFF_MAX)
+        _fence(
+            run,
+            status=WorkflowStatus.PENDING,
+            run_after=Now() + datetime.timedelta(seconds=delay),
+            lease_token=None,
+            error_message=message,
+            error_traceback=traceback,
+        )
+        return delay
+    _fence(
+        run,
+        status=WorkflowStatus.FAILED,
+        finished_at=Now(),
+        lease_token=None,
+        error_message=message,
+        error_traceback=traceback,
+    )
+    return None
+
+
+def release(run: ClaimedRun) -> None:
+    """Give the workflow back to pending on shutdown; the attempt is not spent."""
+    with transaction.atomic(using=conf.DATABASE):
+        _fence(run, status=WorkflowStatus.PENDING, lease_token=None, attempts=F("attempts") - 1)
+        _steps().filter(workflow_id=run.id, status=StepStatus.RUNNING).update(
+            status=StepStatus.FAILED,
+            error_message="released: the worker shut down during this step",
+            completed_at=Now(),
+        )
+
+
+def heartbeat(runs: list[ClaimedRun]) -> list[ClaimedRun]:
+    """Refresh ``updated_at`` of every run still held; return the ones lost."""
+    if not runs:
+        return []
+    tokens = [run.lease_token for run in runs]
+    with transaction.atomic(using=conf.DATABASE):
+        held_rows = _workflows().filter(lease_token__in=tokens, status=WorkflowStatus.RUNNING)
+        held_rows.update(updated_at=Now())
+        held = set(held_rows.values_list("lease_token", flat=True))
+    return [run for run in runs if run.lease_token not in held]
+
+
+@dataclass
+class ReclaimReport:
+    requeued: list[uuid.UUID] = field(default_factory=list)
+    failed: list[uuid.UUID] = field(default_factory=list)
+    quarantined: list[uuid.UUID] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(self.requeued or self.failed or self.quarantined)
+
+
+def reclaim_stuck(stuck_after: float | None = None, batch: int = 500) -> ReclaimReport | None:
+    """Send workflows whose worker stopped heartbeating back to pending.
+
+    The attempt they were on stays spent; a workflow with none left, or whose
+    worker died ``MAX_WORKER_DEATHS`` times in a row at the same step, fails
+    instead. Returns None when another process holds the sweep lock.
+    """
+    stuck_after = conf.STUCK_AFTER if stuck_after is None else stuck_after
+    report = ReclaimReport()
+    with transaction.atomic(using=conf.DATABASE):
+        if not try_reclaim_lock(conf.DATABASE):
+            return None
+        stuck = list(
+            _workflows()
+            .filter(status=WorkflowStatus.RUNNING, updated_at__lt=Now() - datetime.timedelta(seconds=stuck_after))
+            .select_for_update(skip_locked=True)
+            .values("id", "attempts", "max_retries", "current_step", "worker_deaths", "lost_at_step", "worker_id")[
+                :batch
+            ]
+        )
+        for row in stuck:
+            _reclaim_one(row, report)
+    for workflow_id in report.requeued:
+        logger.warning("workflow %s: worker lost, requeued", workflow_id)
+    for workflow_id in report.failed + report.quarantined:
+        logger.error("workflow %s: worker lost, failed", workflow_id)
+    return report
+
+
+def _reclaim_one(row: dict[str, Any], report: ReclaimReport) -> None:
+    lost_step = row["current_step"] + 1
+    deaths = row["worker_deaths"] + 1 if row["lost_at_step"] == lost_step else 1
+    reason = f"{WORKER_LOST}: {row['worker_id'] or 'a worker'} stopped heartbeating during step {lost_step}"
+    _steps().filter(workflow_id=row["id"], status=StepStatus.RUNNING).update(
+        status=StepStatus.FAILED, error_message=reason, completed_at=Now()
+    )
+    common: dict[str, Any] = dict(lease_token=None, worker_deaths=deaths, lost_at_step=lost_step, updated_at=Now())
+    rows = _workflows().filter(pk=row["id"], status=WorkflowStatus.RUNNING)
+    if deaths >= conf.MAX_WORKER_DEATHS:
+        message = (
+            f"Quarantined: the worker died {deaths} times in a row during step {lost_step}; "
+            "the step may crash its process (os._exit, out of memory). Fix it, then retry the workflow."
+        )
+        rows.update(status=WorkflowStatus.FAILED, error_message=message, finished_at=Now(), **common)
+        report.quarantined.append(row["id"])
+    elif should_retry(row["attempts"], row["max_retries"]):
+        rows.update(status=WorkflowStatus.PENDING, error_message=reason, run_after=None, **common)
+        report.requeued.append(row["id"])
+    else:
+        message = f"{reason}; no attempts left ({row['attempts']} of {row['max_retries'] + 1})."
+        rows.update(status=WorkflowStatus.FAILED, error_message=message, finished_at=Now(), **common)
+        report.failed.append(row["id"])

@@ -1,0 +1,95 @@
+"""Checks on what users hand us, made before anything is written.
+
+JSON is encoded strictly (no NaN, no objects Django's encoder would quietly
+stringify) and round-tripped, so a step returns the same value on its first run
+as on every replay from its checkpoint.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+from typing import Any
+
+from django.utils import timezone
+
+from .conf import conf
+from .errors import InvalidWorkflowInput
+
+WORKFLOW_TYPE_MAX_LENGTH = 100
+QUEUE_MAX_LENGTH = 100
+IDEMPOTENCY_KEY_MAX_LENGTH = 255
+STEP_NAME_MAX_LENGTH = 200
+
+
+class NotJSONSerializable(InvalidWorkflowInput, TypeError):
+    """The value cannot be stored as JSON."""
+
+
+def to_json_value(value: Any, what: str) -> Any:
+    """Return ``value`` as it will read back from jsonb, or raise naming ``what``."""
+    try:
+        encoded = json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise NotJSONSerializable(f"{what} is not JSON-serialisable: {exc}") from None
+    if "\\u0000" in encoded:
+        raise NotJSONSerializable(f"{what} contains a NUL character, which PostgreSQL's jsonb cannot store.")
+    limit = conf.MAX_PAYLOAD_BYTES
+    if len(encoded) > limit:
+        raise InvalidWorkflowInput(
+            f"{what} is {len(encoded)} bytes as JSON, over the {limit}-byte limit "
+            "(ORCHESTRATION['MAX_PAYLOAD_BYTES']); store large data elsewhere and pass a reference."
+        )
+    return json.loads(encoded)
+
+
+def validate_workflow_type(name: Any) -> None:
+    if not isinstance(name, str) or not name.strip():
+        raise InvalidWorkflowInput(f"A workflow type must be a non-empty string, not {name!r}.")
+    if len(name) > WORKFLOW_TYPE_MAX_LENGTH:
+        raise InvalidWorkflowInput(
+            f"Workflow type {name[:40]!r}... is {len(name)} characters; the limit is {WORKFLOW_TYPE_MAX_LENGTH}."
+        )
+
+
+def validate_queue(queue: Any) -> None:
+    if not isinstance(queue, str) or not queue.strip() or "," in queue:
+        raise InvalidWorkflowInput(f"A queue name must be a non-empty string without commas, not {queue!r}.")
+    if len(queue) > QUEUE_MAX_LENGTH:
+        raise InvalidWorkflowInput(f"Queue name {queue[:40]!r}... is longer than {QUEUE_MAX_LENGTH} characters.")
+
+
+def validate_options(
+    *,
+    idempotency_key: Any,
+    run_after: Any,
+    queue: Any,
+    priority: Any,
+    max_retries: Any,
+) -> None:
+    if idempotency_key is not None and (
+        not isinstance(idempotency_key, str) or not idempotency_key or len(idempotency_key) > IDEMPOTENCY_KEY_MAX_LENGTH
+    ):
+        raise InvalidWorkflowInput(
+            f"idempotency_key must be a non-empty string of at most {IDEMPOTENCY_KEY_MAX_LENGTH} characters, "
+            f"not {idempotency_key!r}."
+        )
+    if run_after is not None:
+        if not isinstance(run_after, datetime.datetime):
+            raise InvalidWorkflowInput(f"run_after must be a datetime, not {type(run_after).__name__}.")
+        if timezone.is_naive(run_after):
+            raise InvalidWorkflowInput(
+                "run_after is a naive datetime; pass an aware one (django.utils.timezone.now() + timedelta(...))."
+            )
+    validate_queue(queue)
+    if isinstance(priority, bool) or not isinstance(priority, int) or not -(2**31) <= priority < 2**31:
+        raise InvalidWorkflowInput(f"priority must be a 32-bit integer, not {priority!r}.")
+    if isinstance(max_retries, bool) or not isinstance(max_retries, int) or not 0 <= max_retries < 2**31:
+        raise InvalidWorkflowInput(f"max_retries must be an integer >= 0, not {max_retries!r}.")
+
+
+def validate_step_name(name: Any) -> None:
+    if not isinstance(name, str) or not name:
+        raise InvalidWorkflowInput(f"A step name must be a non-empty string, not {name!r}.")
+    if len(name) > STEP_NAME_MAX_LENGTH:
+        raise InvalidWorkflowInput(f"Step name {name[:40]!r}... is longer than {STEP_NAME_MAX_LENGTH} characters.")

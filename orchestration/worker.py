@@ -1,0 +1,403 @@
+"""The ``runworkers`` process: worker threads, the listener, the heartbeat and
+the stuck-workflow sweep.
+
+Each worker thread has its own database connection (Django's connections are
+per thread). It claims in a short transaction, runs user code outside any
+transaction, and makes every write through ``queue``'s fenced functions.
+Recovery never executes anything: stuck workflows go back to pending and are
+claimed like any other.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import secrets
+import signal
+import socket
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from django.db import DatabaseError, InterfaceError, OperationalError, connections
+
+from . import queue
+from .conf import conf
+from .context import ReleaseRequested, WorkflowContext
+from .errors import (
+    InvalidWorkflowInput,
+    LeaseLost,
+    NonDeterministicWorkflow,
+    PermanentError,
+    UnknownWorkflowType,
+    WorkflowCancelled,
+)
+from .registry import get_workflow
+from .sql import listen_statement
+from .validation import to_json_value
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+#: Errors that fail the workflow at once: retrying cannot fix them.
+PERMANENT_ERRORS: tuple[type[BaseException], ...] = (
+    PermanentError,
+    UnknownWorkflowType,
+    NonDeterministicWorkflow,
+    InvalidWorkflowInput,
+)
+
+#: Errors that mean "the database went away", not "this workflow is broken".
+CONNECTION_ERRORS: tuple[type[BaseException], ...] = (OperationalError, InterfaceError)
+
+
+def worker_identity() -> str:
+    """Host, pid and a random nonce: unique even when a restarted container
+    reuses a host name and pid."""
+    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
+
+
+def _reset_connection() -> None:
+    """Drop this thread's connection so the next query reconnects."""
+    with contextlib.suppress(DatabaseError):
+        connections[conf.DATABASE].close()
+
+
+class Worker:
+    """One ``runworkers`` process: ``concurrency`` threads claiming from ``queues``."""
+
+    def __init__(
+        self,
+        *,
+        concurrency: int | None = None,
+        queues: list[str] | None = None,
+        burst: bool = False,
+        poll_interval: float | None = None,
+        shutdown_grace: float | None = None,
+        listen: bool = True,
+    ) -> None:
+        self.concurrency = concurrency or conf.CONCURRENCY
+        self.queues = queues or None
+        self.burst = burst
+        self.poll_interval = conf.POLL_INTERVAL if poll_interval is None else poll_interval
+        self.shutdown_grace = conf.SHUTDOWN_GRACE if shutdown_grace is None else shutdown_grace
+        self.listen = listen
+        self.worker_id = worker_identity()
+        #: First signal: claim nothing more, release held workflows at their next step boundary.
+        self.stopping = threading.Event()
+        #: Second signal or grace expired: release everything now.
+        self.stop_now = threading.Event()
+        self._wakeup = threading.Condition()
+        self._held: dict[Any, queue.ClaimedRun] = {}
+        self._held_lock = threading.Lock()
+        self._service_stop = threading.Event()
+        self.completed = 0
+        self.failed = 0
+
+    # -- lifecycle -------------------------------------------------------
+
+    def run(self) -> int:
+        """Run until stopped (or, with ``burst``, until nothing is due); return the exit status."""
+        in_main_thread = threading.current_thread() is threading.main_thread()
+        previous_handlers = self._install_signal_handlers() if in_main_thread else {}
+        logger.info(
+            "worker %s starting: %d threads, queues %s%s",
+            self.worker_id,
+            self.concurrency,
+            ",".join(self.queues) if self.queues else "all",
+            ", burst" if self.burst else "",
+        )
+        services = [threading.Thread(target=self._heartbeat_loop, name="orchestration-heartbeat", daemon=True)]
+        services.append(threading.Thread(target=self._reclaim_loop, name="orchestration-reclaim", daemon=True))
+        if self.listen:
+            services.append(threading.Thread(target=self._listen_loop, name="orchestration-listen", daemon=True))
+        for service in services:
+            service.start()
+        threads = [
+            threading.Thread(target=self._worker_loop, name=f"orchestration-worker-{n}", daemon=True)
+            for n in range(1, self.concurrency + 1)
+        ]
+        for thread in threads:
+            thread.start()
+        try:
+            self._wait_for(threads)
+        finally:
+            self._service_stop.set()
+            self._wake_all()
+            for service in services:
+                service.join(timeout=5)
+            for signum, handler in previous_handlers.items():
+                signal.signal(signum, handler)
+            connections.close_all()
+        logger.info("worker %s stopped: %d completed, %d failed attempts", self.worker_id, self.completed, self.failed)
+        return 0
+
+    def stop(self) -> None:
+        """Ask the process to stop as a first SIGTERM would."""
+        self.stopping.set()
+        self._wake_all()
+
+    def _install_signal_handlers(self) -> dict[int, Any]:
+        previous: dict[int, Any] = {}
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            previous[signum] = signal.signal(signum, self._on_signal)
+        return previous
+
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        if not self.stopping.is_set():
+            logger.warning(
+                "worker %s: %s received; finishing running steps (up to %ss), then releasing. "
+                "Send it again to release at once.",
+                self.worker_id,
+                signal.Signals(signum).name,
+                self.shutdown_grace,
+            )
+            self.stop()
+        else:
+            logger.warning("worker %s: second signal; releasing held workflows now", self.worker_id)
+            self.stop_now.set()
+
+    def _wait_for(self, threads: list[threading.Thread]) -> None:
+        deadline: float | None = None
+        while any(thread.is_alive() for thread in threads):
+            if self.stopping.is_set() and deadline is None:
+                deadline = time.monotonic() + self.shutdown_grace
+            if deadline is not None and time.monotonic() >= deadline:
+                self.stop_now.set()
+            if self.stop_now.is_set():
+                self._release_all_held()
+                return
+            for thread in threads:
+                thread.join(timeout=0.05)
+
+    def _release_all_held(self) -> None:
+        with self._held_lock:
+            held = list(self._held.values())
+        for run in held:
+            run.lost.set()  # the thread, still in a step body, must write nothing more
+            try:
+                queue.release(run)
+                logger.warning("workflow %s (%s) released to pending", run.id, run.workflow_type)
+            except (LeaseLost, WorkflowCancelled):
+                pass
+            except DatabaseError:
+                logger.exception("workflow %s: could not release; it will be reclaimed as stuck", run.id)
+
+    # -- worker threads --------------------------------------------------
+
+    def _worker_loop(self) -> None:
+        failures = 0
+        try:
+            while not self.stopping.is_set():
+                try:
+                    runs = queue.claim(self.worker_id, self.queues)
+                    failures = 0
+                except CONNECTION_ERRORS as exc:
+                    failures += 1
+                    self._database_unavailable(exc, failures)
+                    continue
+                if not runs:
+                    if self.burst:
+                        return
+                    self._idle()
+                    continue
+                for run in runs:
+                    try:
+                        self._execute_held(run)
+                    except Exception:
+                        # A bug here must not kill the thread; the workflow is
+                        # reclaimed as stuck if its outcome was not written.
+                        logger.exception("workflow %s: unexpected error in the worker", run.id)
+                        _reset_connection()
+        finally:
+            connections.close_all()
+
+    def _database_unavailable(self, exc: BaseException, failures: int) -> None:
+        delay = min(30.0, 0.5 * 2 ** min(failures - 1, 6))
+        logger.warning("worker %s: database unavailable (%s); retrying in %.1fs", self.worker_id, exc, delay)
+        _reset_connection()
+        self.stopping.wait(delay)
+
+    def _idle(self) -> None:
+        with self._wakeup:
+            self._wakeup.wait(timeout=self.poll_interval)
+
+    def _wake_all(self) -> None:
+        with self._wakeup:
+            self._wakeup.notify_all()
+
+    def _execute_held(self, run: queue.ClaimedRun) -> None:
+        with self._held_lock:
+            self._held[run.lease_token] = run
+        try:
+            outcome = execute(run, should_release=self.stopping.is_set, durable=self._durable_for(run))
+        finally:
+            with self._held_lock:
+                self._held.pop(run.lease_token, None)
+        if outcome == "completed":
+            self.completed += 1
+        elif outcome in ("failed", "retrying"):
+            self.failed += 1
+
+    def _durable_for(self, run: queue.ClaimedRun) -> Callable[[Callable[[], T]], T]:
+        """Retry a fenced write through a database outage while the lease may still be ours."""
+
+        def durable(write: Callable[[], T]) -> T:
+            failures = 0
+            give_up_at = time.monotonic() + conf.STUCK_AFTER
+            while True:
+                try:
+                    return write()
+                except CONNECTION_ERRORS as exc:
+                    failures += 1
+                    if run.lost.is_set() or self.stop_now.is_set() or time.monotonic() > give_up_at:
+                        raise LeaseLost(f"Workflow {run.id}: database unavailable too long ({exc})") from exc
+                    self._database_unavailable(exc, failures)
+
+        return durable
+
+    # -- services --------------------------------------------------------
+
+    def _heartbeat_loop(self) -> None:
+        interval = conf.HEARTBEAT_INTERVAL
+        try:
+            while not self._service_stop.wait(interval):
+                with self._held_lock:
+                    held = list(self._held.values())
+                try:
+                    for run in queue.heartbeat(held):
+                        logger.warning("workflow %s: lease lost (reclaimed or cancelled); stopping it", run.id)
+                        run.lost.set()
+                except CONNECTION_ERRORS as exc:
+                    logger.warning("worker %s: heartbeat failed (%s)", self.worker_id, exc)
+                    _reset_connection()
+        finally:
+            connections.close_all()
+
+    def _reclaim_loop(self) -> None:
+        interval = max(0.5, min(conf.STUCK_AFTER / 4, 60.0))
+        try:
+            while True:
+                try:
+                    queue.reclaim_stuck()
+                except CONNECTION_ERRORS as exc:
+                    logger.warning("worker %s: stuck sweep failed (%s)", self.worker_id, exc)
+                    _reset_connection()
+                if self._service_stop.wait(interval):
+                    return
+        finally:
+            connections.close_all()
+
+    def _listen_loop(self) -> None:
+        """Wake idle threads on NOTIFY; polling covers anything missed meanwhile."""
+        failures = 0
+        try:
+            while not self._service_stop.is_set():
+                try:
+                    connection = connections[conf.DATABASE]
+                    connection.ensure_connection()
+                    pg = connection.connection
+                    pg.execute(listen_statement())
+                    failures = 0
+                    self._wake_all()  # anything sent while we were not listening
+                    while not self._service_stop.is_set():
+                        for notice in pg.notifies(timeout=1.0):
+                            if self.queues is None or notice.payload in self.queues:
+                                self._wake_all()
+                except Exception as exc:  # raw psycopg errors too: this connection is not Django-wrapped
+                    failures += 1
+                    logger.warning("worker %s: LISTEN failed (%s); polling meanwhile", self.worker_id, exc)
+                    _reset_connection()
+                    self._service_stop.wait(min(30.0, 0.5 * 2 ** min(failures, 6)))
+        finally:
+            connections.close_all()
+
+
+def execute(
+    run: queue.ClaimedRun,
+    *,
+    should_release: Callable[[], bool] = lambda: False,
+    durable: Callable[[Callable[[], Any]], Any] | None = None,
+) -> str:
+    """Run one claimed attempt of a workflow and record its outcome.
+
+    Returns ``completed``, ``retrying``, ``failed``, ``released`` or ``abandoned``
+    (the lease was lost or the workflow cancelled: nothing more is written).
+    Never raises for anything the workflow does.
+    """
+    write = durable or (lambda fn: fn())
+    started = time.monotonic()
+    ctx: WorkflowContext | None = None
+    try:
+        definition = get_workflow(run.workflow_type)
+        recorded = write(lambda: queue.recorded_steps(run))
+        ctx = WorkflowContext(run, recorded, should_release=should_release, durable=write)
+        result = definition.function(ctx, run.input_data)
+        output = to_json_value(result, f"The return value of workflow {run.workflow_type!r}")
+        write(lambda: queue.complete_workflow(run, output))
+    except (LeaseLost, WorkflowCancelled) as exc:
+        logger.warning("workflow %s (%s) stopped: %s", run.id, run.workflow_type, exc)
+        return "abandoned"
+    except ReleaseRequested:
+        try:
+            write(lambda: queue.release(run))
+        except (LeaseLost, WorkflowCancelled):
+            return "abandoned"
+        logger.info("workflow %s (%s) released to pending for shutdown", run.id, run.workflow_type)
+        return "released"
+    except (Exception, SystemExit) as exc:
+        return _record_failure(run, ctx, exc, write, time.monotonic() - started)
+    logger.info(
+        "workflow %s (%s) completed in %.3fs (attempt %d)",
+        run.id,
+        run.workflow_type,
+        time.monotonic() - started,
+        run.attempts,
+    )
+    return "completed"
+
+
+def _record_failure(
+    run: queue.ClaimedRun,
+    ctx: WorkflowContext | None,
+    exc: BaseException,
+    write: Callable[[Callable[[], Any]], Any],
+    elapsed: float,
+) -> str:
+    message = f"{type(exc).__name__}: {exc}"
+    if ctx is not None and ctx.failed_step is not None:
+        number, name = ctx.failed_step
+        message = f'Step {number} "{name}" failed: {message}'
+    details = "".join(traceback.format_exception(exc))
+    retryable = not isinstance(exc, PERMANENT_ERRORS)
+    try:
+        delay = write(lambda: queue.fail_workflow(run, message, details, retryable=retryable))
+    except (LeaseLost, WorkflowCancelled) as lost:
+        logger.warning("workflow %s (%s) stopped: %s", run.id, run.workflow_type, lost)
+        return "abandoned"
+    if delay is not None:
+        logger.warning(
+            "workflow %s (%s) attempt %d of %d failed after %.3fs, retrying in %.1fs: %s",
+            run.id,
+            run.workflow_type,
+            run.attempts,
+            run.max_retries + 1,
+            elapsed,
+            delay,
+            message,
+        )
+        return "retrying"
+    logger.error(
+        "workflow %s (%s) failed after %.3fs (attempt %d of %d): %s",
+        run.id,
+        run.workflow_type,
+        elapsed,
+        run.attempts,
+        run.max_retries + 1,
+        message,
+    )
+    return "failed"

@@ -1,0 +1,102 @@
+"""Settings of the example project, read from the environment with django-environ.
+
+DATABASE_URL  postgres://user:password@host:5432/name; unset: embedded PostgreSQL in .pgdata/
+SECRET_KEY    required when DEBUG is off
+DEBUG         default on for the example project
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import warnings
+from pathlib import Path
+
+import environ
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+env = environ.Env(DEBUG=(bool, True))
+environ.Env.read_env(BASE_DIR / ".env") if (BASE_DIR / ".env").exists() else None
+
+DEBUG = env("DEBUG")
+SECRET_KEY = env(
+    "SECRET_KEY", default="insecure-example-key-for-local-development-only" if DEBUG else environ.Env.NOTSET
+)
+ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["localhost", "127.0.0.1", "[::1]"])
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "orchestration",
+    "project.demo",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "project.urls"
+WSGI_APPLICATION = "project.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+if env("DATABASE_URL", default=None):
+    DATABASES = {"default": env.db("DATABASE_URL")}
+else:
+    from project.embedded_db import embedded_database
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # platformdirs warns when XDG_RUNTIME_DIR is unset
+        DATABASES = {"default": embedded_database(BASE_DIR / ".pgdata")}
+# Lets test runs point worker subprocesses at the test database.
+if os.environ.get("DATABASE_NAME"):
+    DATABASES["default"]["NAME"] = os.environ["DATABASE_NAME"]
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+STATIC_URL = "static/"
+
+ORCHESTRATION = {
+    "RETRY_BACKOFF": env.float("ORCHESTRATION_RETRY_BACKOFF", default=1.0),
+    "RETRY_BACKOFF_MAX": env.float("ORCHESTRATION_RETRY_BACKOFF_MAX", default=600.0),
+    "STUCK_AFTER": env.float("ORCHESTRATION_STUCK_AFTER", default=300.0),
+    "HEARTBEAT_INTERVAL": env.float("ORCHESTRATION_HEARTBEAT_INTERVAL", default=30.0),
+    "SHUTDOWN_GRACE": env.float("ORCHESTRATION_SHUTDOWN_GRACE", default=30.0),
+}
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "loggers": {"orchestration": {"handlers": ["console"], "level": env("ORCHESTRATION_LOG_LEVEL", default="INFO")}},
+}
+logging.getLogger("pgserver").setLevel(logging.WARNING)

@@ -1,0 +1,26 @@
+from __future__ import annotations
+
+import factory
+
+from orchestration.models import StepStatus, Workflow, WorkflowStatus, WorkflowStep
+
+
+class WorkflowFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = Workflow
+
+    workflow_type = "three_steps"
+    status = WorkflowStatus.PENDING
+    input_data = factory.Sequence(lambda n: {"n": n})
+    max_retries = 3
+
+
+class WorkflowStepFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = WorkflowStep
+
+    workflow = factory.SubFactory(WorkflowFactory)
+    step_number = factory.Sequence(lambda n: n + 1)
+    step_name = factory.LazyAttribute(lambda step: f"step {step.step_number}")
+    status = StepStatus.COMPLETED
+    output_data = factory.LazyAttribute(lambda step: {"step": step.step_number})

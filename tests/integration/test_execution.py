@@ -1,0 +1,156 @@
+"""Step checkpointing, replay, retries and failures, run in the test's thread."""
+
+import pytest
+
+from orchestration import start_workflow
+from orchestration.models import Workflow, WorkflowStep
+from tests.conftest import drain
+from tests.testapp.models import StepRun
+
+pytestmark = pytest.mark.django_db
+
+
+def steps_of(workflow):
+    return list(WorkflowStep.objects.filter(workflow=workflow).order_by("step_number"))
+
+
+def test_workflow__runs_its_steps_in_order_and_stores_the_return_value():
+    workflow = start_workflow("three_steps", {"x": 1})
+    assert drain() == ["completed"]
+    workflow.refresh_from_db()
+    assert workflow.status == "completed" and workflow.current_step == 3 and workflow.attempts == 1
+    assert workflow.output_data == {"steps": [1, 2, 3], "input": {"x": 1}}
+    steps = steps_of(workflow)
+    assert [(s.step_number, s.step_name, s.status) for s in steps] == [
+        (1, "first", "completed"),
+        (2, "second", "completed"),
+        (3, "third", "completed"),
+    ]
+    assert all(s.started_at <= s.completed_at for s in steps)
+    assert steps[0].output_data == {"step": 1, "label": "first"}
+    assert workflow.finished_at is not None and workflow.lease_token is None
+
+
+def test_retry__resumes_after_the_last_completed_step():
+    workflow = start_workflow("flaky", {"succeed_on": 3})
+    assert drain() == ["retrying", "retrying", "completed"]
+    workflow.refresh_from_db()
+    assert (workflow.status, workflow.attempts, workflow.output_data) == ("completed", 3, {"attempt": 3})
+    # "prepare" ran once; the flaky step's body ran on each attempt.
+    assert StepRun.objects.filter(label="prepare").count() == 1
+    assert StepRun.objects.filter(label="flaky").count() == 3
+    flaky_step = steps_of(workflow)[1]
+    assert (flaky_step.status, flaky_step.attempts, flaky_step.error_message) == ("completed", 3, None)
+
+
+def test_failed_step__is_recorded_with_its_error_and_the_workflow_retries_with_backoff():
+    workflow = start_workflow("always_fails")
+    from orchestration import queue
+    from orchestration.worker import execute
+
+    assert execute(queue.claim("w", None)[0]) == "retrying"
+    workflow.refresh_from_db()
+    step = steps_of(workflow)[0]
+    assert (step.status, step.error_message) == ("failed", "ValueError: boom")
+    assert step.completed_at is not None
+    assert workflow.status == "pending" and workflow.run_after > workflow.updated_at
+    assert workflow.error_message == 'Step 1 "boom" failed: ValueError: boom'
+    assert "Traceback" in workflow.error_traceback
+
+
+def test_retries__fail_the_workflow_after_max_retries_plus_one_attempts():
+    workflow = start_workflow("always_fails")  # max_retries=2
+    assert drain() == ["retrying", "retrying", "failed"]
+    workflow.refresh_from_db()
+    assert (workflow.status, workflow.attempts) == ("failed", 3)
+    assert workflow.error_message == 'Step 1 "boom" failed: ValueError: boom'
+    assert StepRun.objects.count() == 3
+
+
+def test_permanent_error__fails_at_once_without_retries():
+    workflow = start_workflow("permanent_failure")
+    assert drain() == ["failed"]
+    workflow.refresh_from_db()
+    assert (workflow.status, workflow.attempts) == ("failed", 1)
+    assert workflow.error_message == 'Step 1 "charge" failed: PermanentError: card declined'
+
+
+def test_non_json_step_result__fails_at_once_naming_the_step():
+    workflow = start_workflow("non_json_step")
+    assert drain() == ["failed"]
+    workflow.refresh_from_db()
+    assert workflow.attempts == 1
+    assert "The result of step 1 'returns a set' is not JSON-serialisable" in workflow.error_message
+
+
+def test_non_json_return_value__fails_at_once():
+    workflow = start_workflow("non_json_output")
+    assert drain() == ["failed"]
+    workflow.refresh_from_db()
+    assert "return value of workflow 'non_json_output' is not JSON-serialisable" in workflow.error_message
+
+
+def test_unknown_type_inserted_by_sql__fails_in_the_worker_and_the_worker_carries_on():
+    bad = Workflow.objects.create(workflow_type="nobody_registers_this")
+    good = start_workflow("three_steps")
+    assert sorted(drain()) == ["completed", "failed"]
+    bad.refresh_from_db()
+    good.refresh_from_db()
+    assert bad.status == "failed" and "Unknown workflow type 'nobody_registers_this'" in bad.error_message
+    assert good.status == "completed"
+
+
+def test_replay_calling_a_different_step_name__fails_as_non_deterministic():
+    workflow = start_workflow("changes_its_steps")
+    assert drain() == ["retrying", "failed"]
+    workflow.refresh_from_db()
+    assert workflow.status == "failed"
+    assert "Non-deterministic workflow: step 1 was recorded as 'first (attempt 1)'" in workflow.error_message
+
+
+def test_completed_steps__replay_their_stored_output_without_running():
+    workflow = start_workflow("three_steps")
+    WorkflowStep.objects.create(
+        workflow=workflow,
+        step_number=1,
+        step_name="first",
+        status="completed",
+        output_data={"step": 1, "label": "stored"},
+    )
+    drain()
+    workflow.refresh_from_db()
+    assert workflow.status == "completed"
+    assert list(StepRun.objects.values_list("step_number", flat=True).order_by("step_number")) == [2, 3]
+
+
+def test_claim__takes_higher_priority_first_then_oldest():
+    low = start_workflow("echo", "low")
+    high = start_workflow("echo", "high", priority=10)
+    older = start_workflow("echo", "older-low")
+    from orchestration import queue
+
+    order = [queue.claim("w", None)[0].id for _ in range(3)]
+    assert order == [high.pk, low.pk, older.pk]
+
+
+def test_claim__respects_queues_and_run_after():
+    import datetime
+
+    from django.utils import timezone
+
+    from orchestration import queue
+
+    start_workflow("echo", "later", run_after=timezone.now() + datetime.timedelta(hours=1))
+    other = start_workflow("on_other_queue", "x")
+    assert queue.claim("w", ["default"]) == []
+    assert [run.id for run in queue.claim("w", ["other"])] == [other.pk]
+
+
+def test_claim__sets_running_a_fresh_lease_and_counts_the_attempt():
+    from orchestration import queue
+
+    workflow = start_workflow("echo", 1)
+    run = queue.claim("worker-a", None)[0]
+    workflow.refresh_from_db()
+    assert (workflow.status, workflow.attempts, workflow.worker_id) == ("running", 1, "worker-a")
+    assert workflow.lease_token == run.lease_token and workflow.started_at is not None

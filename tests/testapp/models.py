@@ -1,0 +1,15 @@
+from django.db import models
+
+
+class StepRun(models.Model):
+    """One row each time a test step's body actually runs (committed at once),
+    so tests can prove which bodies ran and how often."""
+
+    workflow_id = models.UUIDField()
+    step_number = models.IntegerField()
+    label = models.CharField(max_length=100)
+    pid = models.IntegerField()
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return f"{self.workflow_id} step {self.step_number} ({self.label})"

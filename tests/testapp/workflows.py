@@ -1,0 +1,93 @@
+"""Instrumented workflows for the tests. Every step body records a StepRun."""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+from orchestration import PermanentError, workflow
+
+from .models import StepRun
+
+
+def record(ctx: Any, step_number: int, label: str, result: Any = None, sleep: float = 0) -> Any:
+    StepRun.objects.create(workflow_id=ctx.workflow_id, step_number=step_number, label=label, pid=os.getpid())
+    if sleep:
+        time.sleep(sleep)
+    return result if result is not None else {"step": step_number, "label": label}
+
+
+@workflow("three_steps")
+def three_steps(ctx: Any, data: Any) -> Any:
+    sleep = (data or {}).get("sleep", 0)
+    first = ctx.step("first", record, ctx, 1, "first", None, sleep)
+    second = ctx.step("second", record, ctx, 2, "second", None, sleep)
+    third = ctx.step("third", record, ctx, 3, "third", None, sleep)
+    return {"steps": [first["step"], second["step"], third["step"]], "input": data}
+
+
+def fail_until(ctx: Any, succeed_on: int) -> dict[str, int]:
+    record(ctx, 2, "flaky")
+    if ctx.attempt < succeed_on:
+        raise ConnectionError(f"flaky failure on attempt {ctx.attempt}")
+    return {"attempt": ctx.attempt}
+
+
+@workflow("flaky", max_retries=5)
+def flaky(ctx: Any, data: dict[str, int]) -> Any:
+    ctx.step("prepare", record, ctx, 1, "prepare")
+    return ctx.step("flaky call", fail_until, ctx, data["succeed_on"])
+
+
+def always_raise(ctx: Any) -> None:
+    record(ctx, 1, "boom")
+    raise ValueError("boom")
+
+
+@workflow("always_fails", max_retries=2)
+def always_fails(ctx: Any, data: Any) -> Any:
+    return ctx.step("boom", always_raise, ctx)
+
+
+def raise_permanent(ctx: Any) -> None:
+    record(ctx, 1, "permanent")
+    raise PermanentError("card declined")
+
+
+@workflow("permanent_failure", max_retries=5)
+def permanent_failure(ctx: Any, data: Any) -> Any:
+    return ctx.step("charge", raise_permanent, ctx)
+
+
+@workflow("non_json_step", max_retries=5)
+def non_json_step(ctx: Any, data: Any) -> Any:
+    return ctx.step("returns a set", lambda: {1, 2, 3})
+
+
+@workflow("non_json_output", max_retries=5)
+def non_json_output(ctx: Any, data: Any) -> Any:
+    return object()
+
+
+@workflow("changes_its_steps", max_retries=3)
+def changes_its_steps(ctx: Any, data: Any) -> Any:
+    ctx.step(f"first (attempt {ctx.attempt})", record, ctx, 1, "first")
+    ctx.step("fail once", fail_until, ctx, 2)
+
+
+@workflow("echo", queue="default")
+def echo(ctx: Any, data: Any) -> Any:
+    return ctx.step("echo", lambda: data)
+
+
+@workflow("on_other_queue", queue="other", priority=5)
+def on_other_queue(ctx: Any, data: Any) -> Any:
+    return ctx.step("echo", lambda: data)
+
+
+@workflow("slow", max_retries=3)
+def slow(ctx: Any, data: dict[str, float]) -> Any:
+    for number in range(1, data.get("steps", 3) + 1):
+        ctx.step(f"slow {number}", record, ctx, number, f"slow {number}", None, data["seconds"])
+    return {"done": True}

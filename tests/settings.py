@@ -4,8 +4,10 @@ Worker subprocesses started by the tests use these settings too, with
 DATABASE_NAME pointing them at the test database.
 """
 
+import os
+
 from project.settings import *  # noqa: F403
-from project.settings import INSTALLED_APPS
+from project.settings import DATABASES, INSTALLED_APPS
 
 INSTALLED_APPS = [*INSTALLED_APPS, "tests.testapp"]
 
@@ -18,3 +20,7 @@ ORCHESTRATION = {
     "SHUTDOWN_GRACE": 10,
 }
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+# Several test runs can share one server when each names its own test database.
+if os.environ.get("TEST_DATABASE_NAME"):
+    DATABASES["default"]["TEST"] = {"NAME": os.environ["TEST_DATABASE_NAME"]}

@@ -1,15 +1,23 @@
 # Two commands for a newcomer: `make demo` and `make test`. Both create the
 # virtualenv on first use; nothing needs to be installed by hand.
 
-# The first Python >= 3.12 found (Django 6 needs it): on PATH, then pyenv's.
-PYTHON ?= $(shell for p in python3.14 python3.13 python3.12 python3 \
-	$$(ls -d $${PYENV_ROOT:-$$HOME/.pyenv}/versions/3.1[2-9]*/bin/python3 2>/dev/null | sort -rV); do \
+# A Python >= 3.12 (Django 6 needs it), 3.12 first: the embedded PostgreSQL
+# (pgserver) ships wheels up to 3.12. Looks on PATH, then in pyenv.
+PYENV_PYTHONS = $${PYENV_ROOT:-$$HOME/.pyenv}/versions/3.1[2-9]*/bin/python3
+PYTHON ?= $(shell for p in python3.12 $(subst 3.1[2-9]*,3.12*,$(PYENV_PYTHONS)) python3.13 python3.14 python3 \
+	$(PYENV_PYTHONS); do \
 	"$$p" -c 'import sys; sys.exit(sys.version_info < (3, 12))' >/dev/null 2>&1 && { echo "$$p"; break; }; done)
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint serve format clean
+.PHONY: help demo test lint serve format clean
+.DEFAULT_GOAL := help
+
+help:
+	@echo "make demo   run the demo workflows and print a report"
+	@echo "make test   run the test suite"
+	@echo "make lint   ruff and mypy;  make serve: the admin on http://127.0.0.1:8000/admin/"
 
 $(STAMP): requirements.txt pyproject.toml
 	@test -n "$(PYTHON)" || { echo "No Python >= 3.12 found; set PYTHON=/path/to/python3.12"; exit 1; }

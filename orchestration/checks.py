@@ -30,6 +30,11 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[Any]:
         if isinstance(value, bool) or not isinstance(value, int | float) or not minimum_ok:
             bound = "a number above 0" if key in _POSITIVE_NUMBERS else "a number of 0 or more"
             problems.append(Error(f"ORCHESTRATION[{key!r}] is {value!r}; it must be {bound}.", id="orchestration.E001"))
+    queues = conf.QUEUES
+    if not isinstance(queues, list | tuple) or not all(isinstance(name, str) and name for name in queues):
+        problems.append(
+            Error(f"ORCHESTRATION['QUEUES'] is {queues!r}; it must be a list of queue names.", id="orchestration.E005")
+        )
     if not problems and conf.HEARTBEAT_INTERVAL >= conf.STUCK_AFTER:
         problems.append(
             Error(

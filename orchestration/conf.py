@@ -20,6 +20,9 @@ DEFAULTS: dict[str, Any] = {
     "SHUTDOWN_GRACE": 30,
     "DATABASE": "default",
     "CONCURRENCY": 4,
+    # Queue names workers may serve besides those of registered workflows
+    # (for rows enqueued by plain SQL or other languages).
+    "QUEUES": [],
     # Largest accepted JSON encoding of a workflow's input or a step's output.
     "MAX_PAYLOAD_BYTES": 1024 * 1024,
     # A workflow whose worker died this many times in a row at the same step

@@ -127,5 +127,12 @@ def get_workflow(name: str) -> WorkflowDefinition:
         ) from None
 
 
+def known_queues() -> set[str]:
+    """Queues that something can put work on: registered workflows' and ``QUEUES``."""
+    from .conf import conf
+
+    return {"default", *conf.QUEUES, *(definition.queue for definition in _registry.values())}
+
+
 def registered_workflows() -> dict[str, WorkflowDefinition]:
     return dict(_registry)

@@ -11,6 +11,7 @@ import logging
 import os
 import warnings
 from pathlib import Path
+from urllib.parse import unquote
 
 import environ
 
@@ -66,6 +67,8 @@ TEMPLATES = [
 
 if env("DATABASE_URL", default=None):
     DATABASES = {"default": env.db("DATABASE_URL")}
+    # A Unix-socket directory arrives percent-encoded: postgres://user@%2Fvar%2Frun%2Fpostgresql/db
+    DATABASES["default"]["HOST"] = unquote(str(DATABASES["default"].get("HOST", "")))
 else:
     from project.embedded_db import embedded_database
 

@@ -11,13 +11,20 @@ from project.settings import DATABASES, INSTALLED_APPS
 
 INSTALLED_APPS = [*INSTALLED_APPS, "tests.testapp"]
 
+
+def _setting(name: str, default: float) -> float:
+    """Fast defaults for tests; worker subprocesses can be given others by environment."""
+    return float(os.environ.get(f"ORCHESTRATION_{name}", default))
+
+
 ORCHESTRATION = {
-    "RETRY_BACKOFF": 0.05,
-    "RETRY_BACKOFF_MAX": 0.2,
-    "POLL_INTERVAL": 0.2,
-    "HEARTBEAT_INTERVAL": 1,
-    "STUCK_AFTER": 30,
-    "SHUTDOWN_GRACE": 10,
+    "RETRY_BACKOFF": _setting("RETRY_BACKOFF", 0.05),
+    "RETRY_BACKOFF_MAX": _setting("RETRY_BACKOFF_MAX", 0.2),
+    "POLL_INTERVAL": _setting("POLL_INTERVAL", 0.2),
+    "HEARTBEAT_INTERVAL": _setting("HEARTBEAT_INTERVAL", 1),
+    "STUCK_AFTER": _setting("STUCK_AFTER", 30),
+    "SHUTDOWN_GRACE": _setting("SHUTDOWN_GRACE", 10),
+    "MAX_WORKER_DEATHS": int(_setting("MAX_WORKER_DEATHS", 3)),
 }
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 

@@ -85,6 +85,8 @@ def test_invalid_options__exit_with_a_clear_error():
     assert result.returncode != 0 and "--concurrency" in result.stderr
     result = run_burst("--queues", "a,,b")
     assert result.returncode != 0 and "queue name" in result.stderr
+    result = run_burst("--queues", "default,deafult")
+    assert result.returncode != 0 and "unknown queue(s) deafult" in result.stderr
 
 
 def test_idle_worker_is_woken_by_notify_not_by_polling(workers):

@@ -1,4 +1,5 @@
 from django.db import models
+from django.db.models.functions import Now
 
 
 class StepRun(models.Model):
@@ -9,7 +10,8 @@ class StepRun(models.Model):
     step_number = models.IntegerField()
     label = models.CharField(max_length=100)
     pid = models.IntegerField()
-    created_at = models.DateTimeField(auto_now_add=True)
+    # The database's clock, comparable with the checkpoints' completed_at.
+    created_at = models.DateTimeField(db_default=Now())
 
     def __str__(self) -> str:
         return f"{self.workflow_id} step {self.step_number} ({self.label})"

@@ -91,3 +91,13 @@ def slow(ctx: Any, data: dict[str, float]) -> Any:
     for number in range(1, data.get("steps", 3) + 1):
         ctx.step(f"slow {number}", record, ctx, number, f"slow {number}", None, data["seconds"])
     return {"done": True}
+
+
+def kill_own_process() -> None:
+    os._exit(17)  # as a segfault or the OOM killer would: no cleanup, no exception
+
+
+@workflow("crashes_worker", max_retries=20)
+def crashes_worker(ctx: Any, data: Any) -> Any:
+    ctx.step("fine", record, ctx, 1, "fine")
+    return ctx.step("kill the process", kill_own_process)

@@ -31,3 +31,11 @@ def test_backoff__rejects_attempt_zero():
 )
 def test_should_retry__allows_max_retries_plus_one_attempts(attempts, max_retries, expected):
     assert should_retry(attempts, max_retries) is expected
+
+
+def test_retry_module_examples_hold():
+    import doctest
+
+    from orchestration import retry
+
+    assert doctest.testmod(retry).failed == 0

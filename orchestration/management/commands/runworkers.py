@@ -7,6 +7,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from orchestration.conf import conf
+from orchestration.registry import known_queues
 from orchestration.validation import InvalidWorkflowInput, validate_queue
 from orchestration.worker import Worker
 
@@ -51,6 +52,13 @@ class Command(BaseCommand):
                     validate_queue(name)
             except InvalidWorkflowInput as exc:
                 raise CommandError(f"--queues {options['queues']!r}: {exc}") from None
+            unknown = sorted(set(queues) - known_queues())
+            if unknown:
+                raise CommandError(
+                    f"--queues names unknown queue(s) {', '.join(unknown)}: no registered workflow uses them. "
+                    f"Known queues: {', '.join(sorted(known_queues()))}. "
+                    "Declare extra queues in ORCHESTRATION['QUEUES']."
+                )
         self._configure_logging(options["log_level"])
         worker = Worker(
             concurrency=options["concurrency"] or conf.CONCURRENCY,

@@ -13,14 +13,22 @@ import uuid
 from typing import Any
 
 from django.db import transaction
-from django.db.models.functions import Now
+from django.db.models import F, Q
+from django.db.models.functions import Least, Now
+from django.utils import timezone
 
 from .conf import conf
 from .errors import InvalidTransition
-from .models import StepStatus, Workflow, WorkflowStatus, WorkflowStep
+from .models import FINISHED_STATUSES, StepStatus, Workflow, WorkflowEvent, WorkflowStatus, WorkflowStep
 from .registry import get_workflow
 from .sql import notify_new_work
-from .validation import to_json_value, validate_options, validate_workflow_type
+from .validation import (
+    to_json_value,
+    validate_options,
+    validate_step_name,
+    validate_timeout,
+    validate_workflow_type,
+)
 
 WorkflowRef = Workflow | uuid.UUID | str
 
@@ -34,12 +42,15 @@ def start_workflow(
     queue: str | None = None,
     priority: int | None = None,
     max_retries: int | None = None,
+    timeout: float | datetime.timedelta | None = None,
 ) -> Workflow:
     """Enqueue a run of ``workflow_type`` and return its row.
 
     Inside ``transaction.atomic()`` the workflow becomes visible to workers only
     when the transaction commits. With an ``idempotency_key`` that was used
-    before, the first workflow is returned and nothing new is created.
+    before, the first workflow is returned and nothing new is created. A
+    ``timeout`` (seconds or timedelta; default the decorator's) cancels the run
+    at its next step boundary once that long has passed since now.
     """
     validate_workflow_type(workflow_type)
     definition = get_workflow(workflow_type)
@@ -50,8 +61,10 @@ def start_workflow(
     validate_options(
         idempotency_key=idempotency_key, run_after=run_after, queue=queue, priority=priority, max_retries=max_retries
     )
+    limit = validate_timeout(definition.timeout if timeout is None else timeout)
     workflow = Workflow(
         workflow_type=workflow_type,
+        deadline=timezone.now() + limit if limit is not None else None,
         input_data=to_json_value(input_data, f"The input of workflow {workflow_type!r}"),
         idempotency_key=idempotency_key,
         run_after=run_after,
@@ -73,6 +86,35 @@ def start_workflow(
         notify_new_work(alias, queue)
     workflow.refresh_from_db(using=alias)
     return workflow
+
+
+def send_event(workflow: WorkflowRef, name: str, payload: Any = None) -> WorkflowEvent:
+    """Send event ``name`` with a JSON ``payload`` to a workflow.
+
+    The event is stored until the workflow's ``ctx.wait_for_event(name)``
+    consumes it, so it may be sent before the workflow waits. A workflow
+    waiting for it is woken at once.
+    """
+    validate_step_name(name)
+    workflow_id = _workflow_id(workflow)
+    value = to_json_value(payload, f"The payload of event {name!r}")
+    alias = conf.DATABASE
+    with transaction.atomic(using=alias):
+        current = Workflow.objects.using(alias).select_for_update().filter(pk=workflow_id).values("status", "queue")
+        row = current.first()
+        if row is None:
+            raise Workflow.DoesNotExist(f"No workflow {workflow_id} to send event {name!r} to.")
+        if row["status"] in FINISHED_STATUSES:
+            raise InvalidTransition(f"Cannot send event {name!r} to workflow {workflow_id}: it is {row['status']}.")
+        event = WorkflowEvent.objects.using(alias).create(workflow_id=workflow_id, name=name, payload=value)
+        woken = (
+            Workflow.objects.using(alias)
+            .filter(pk=workflow_id, status=WorkflowStatus.PENDING, waiting_for=f"event: {name}")
+            .update(run_after=None)
+        )
+        if woken:
+            notify_new_work(alias, row["queue"])
+    return event
 
 
 def retry_workflow(workflow: WorkflowRef) -> Workflow:
@@ -130,6 +172,96 @@ def cancel_workflow(workflow: WorkflowRef, reason: str = "Cancelled.") -> Workfl
     return result
 
 
+#: States an operator can repair a workflow from (retry, retry from a step, skip a step).
+REPAIRABLE = (WorkflowStatus.FAILED, WorkflowStatus.CANCELLED)
+
+
+def retry_from_step(workflow: WorkflowRef, step_number: int) -> Workflow:
+    """Send a failed or cancelled workflow back to pending from step ``step_number``.
+
+    The checkpoints of that step and of every later one are discarded, so they
+    run again; earlier steps keep theirs and replay from them. Attempts start afresh.
+    """
+    _check_step_number(step_number, "retry from")
+    return _transition(
+        workflow,
+        "retry",
+        allowed_from=REPAIRABLE,
+        changes=dict(
+            status=WorkflowStatus.PENDING,
+            current_step=Least(F("current_step"), step_number - 1),
+            output_data=None,
+            **_FRESH_RUN,
+        ),
+        discard_steps_after=step_number - 1,
+    )
+
+
+def skip_step(workflow: WorkflowRef, step_number: int, output: Any) -> Workflow:
+    """Record ``output`` as the result of a failed step, and resume the workflow after it.
+
+    For a failed or cancelled workflow whose step ``step_number`` (the one after
+    its last completed step) failed, when an operator did that step's work by
+    hand: the step becomes completed with ``output`` as its checkpoint, and the
+    workflow goes back to pending with fresh attempts, resuming at the next step.
+    """
+    _check_step_number(step_number, "skip")
+    value = to_json_value(output, f"The output supplied for step {step_number}")
+    workflow_id = _workflow_id(workflow)
+    alias = conf.DATABASE
+    requirement = f"a failed or cancelled workflow whose step {step_number} failed, right after its last completed one"
+    with transaction.atomic(using=alias):
+        # The conditional UPDATE of the workflow row locks it first, so no worker
+        # or other transition can change the workflow or its steps meanwhile.
+        result = _transition(
+            workflow_id,
+            f"skip step {step_number} of",
+            allowed_from=REPAIRABLE,
+            where=Q(current_step=step_number - 1),
+            requirement=requirement,
+            changes=dict(status=WorkflowStatus.PENDING, current_step=step_number, **_FRESH_RUN),
+        )
+        skipped = (
+            WorkflowStep.objects.using(alias)
+            .filter(workflow_id=workflow_id, step_number=step_number, status=StepStatus.FAILED)
+            .update(status=StepStatus.COMPLETED, output_data=value, completed_at=Now(), error_message=None)
+        )
+        if not skipped:
+            raise InvalidTransition(
+                f"Cannot skip step {step_number} of workflow {workflow_id}: that step has not failed; "
+                f"only {requirement} can be."
+            )
+    return result
+
+
+def requeue_stuck(workflow: WorkflowRef, stuck_after: float | None = None) -> Workflow:
+    """Send a running workflow whose worker stopped heartbeating back to pending.
+
+    Only a workflow with no heartbeat for ``stuck_after`` seconds (default
+    ``STUCK_AFTER``) qualifies, so a live worker is never robbed of its work. As
+    in the workers' own sweep, the attempt stays spent and the step that was
+    running is marked failed; the dead worker's lease is revoked, so it can
+    write nothing more should it wake up.
+    """
+    stuck_after = conf.STUCK_AFTER if stuck_after is None else stuck_after
+    workflow_id = _workflow_id(workflow)
+    alias = conf.DATABASE
+    reason = f"requeued by an operator: no heartbeat for {stuck_after:g} seconds"
+    with transaction.atomic(using=alias):
+        result = _transition(
+            workflow_id,
+            "requeue",
+            allowed_from=(WorkflowStatus.RUNNING,),
+            where=Q(updated_at__lt=Now() - datetime.timedelta(seconds=stuck_after)),
+            requirement=f"a running workflow with no heartbeat for {stuck_after:g} seconds",
+            changes=dict(status=WorkflowStatus.PENDING, lease_token=None, run_after=None, error_message=reason),
+        )
+        WorkflowStep.objects.using(alias).filter(workflow_id=workflow_id, status=StepStatus.RUNNING).update(
+            status=StepStatus.FAILED, error_message=reason, completed_at=Now()
+        )
+    return result
+
+
 _FRESH_RUN: dict[str, Any] = dict(
     attempts=0,
     error_message=None,
@@ -140,6 +272,11 @@ _FRESH_RUN: dict[str, Any] = dict(
     worker_deaths=0,
     lost_at_step=None,
 )
+
+
+def _check_step_number(step_number: Any, verb: str) -> None:
+    if isinstance(step_number, bool) or not isinstance(step_number, int) or step_number < 1:
+        raise InvalidTransition(f"Cannot {verb} step {step_number!r}: steps are numbered from 1.")
 
 
 def _workflow_id(workflow: WorkflowRef) -> uuid.UUID:
@@ -156,17 +293,22 @@ def _transition(
     changes: dict[str, Any],
     discard_steps_after: int | None = None,
     notify: bool = True,
+    where: Q | None = None,
+    requirement: str | None = None,
 ) -> Workflow:
     workflow_id = _workflow_id(workflow)
     alias = conf.DATABASE
     rows = Workflow.objects.using(alias)
     with transaction.atomic(using=alias):
-        changed = rows.filter(pk=workflow_id, status__in=allowed_from).update(updated_at=Now(), **changes)
+        candidates = rows.filter(pk=workflow_id, status__in=allowed_from)
+        if where is not None:
+            candidates = candidates.filter(where)
+        changed = candidates.update(updated_at=Now(), **changes)
         current = rows.get(pk=workflow_id)  # raises Workflow.DoesNotExist for an unknown id
         if not changed:
+            requirement = requirement or f"a {' or '.join(allowed_from)} workflow"
             raise InvalidTransition(
-                f"Cannot {verb} workflow {workflow_id}: it is {current.status}, "
-                f"and only a {' or '.join(allowed_from)} workflow can be."
+                f"Cannot {verb} workflow {workflow_id}: it is {current.status}, and only {requirement} can be."
             )
         if discard_steps_after is not None:
             WorkflowStep.objects.using(alias).filter(
@@ -179,7 +321,11 @@ def _transition(
 
 __all__ = [
     "cancel_workflow",
+    "requeue_stuck",
     "restart_workflow",
+    "retry_from_step",
     "retry_workflow",
+    "send_event",
+    "skip_step",
     "start_workflow",
 ]

@@ -1,0 +1,74 @@
+"""Rows and users for the admin tests (test client and browser)."""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any
+
+from django.contrib.auth.models import Permission, User
+from django.utils import timezone
+
+from orchestration.models import Workflow
+from tests.factories import WorkflowFactory, WorkflowStepFactory
+
+
+def staff_user(*codenames: str, username: str = "operator", password: str = "operator-pw") -> User:
+    """A staff user (not a superuser) holding only the orchestration permissions named."""
+    user = User.objects.create_user(username, password=password, is_staff=True)
+    user.user_permissions.add(
+        *Permission.objects.filter(content_type__app_label="orchestration", codename__in=codenames)
+    )
+    return user
+
+
+def failed_three_steps(**fields: Any) -> Workflow:
+    """A ``three_steps`` run that completed step 1 (2 s) and failed at step 2 (7 s), as a worker leaves it."""
+    # It failed just now, so it counts in the current hour of the overview's chart.
+    started = timezone.now() - datetime.timedelta(seconds=9)
+    workflow = WorkflowFactory(
+        workflow_type="three_steps",
+        status="failed",
+        attempts=4,
+        current_step=1,
+        input_data={"order": 7, "items": ["a", "b"]},
+        error_message="ConnectionError: bank API unreachable",
+        error_traceback="Traceback (most recent call last):\n  ...\nConnectionError: bank API unreachable",
+        started_at=started,
+        finished_at=started + datetime.timedelta(seconds=9),
+        **fields,
+    )
+    WorkflowStepFactory(
+        workflow=workflow,
+        step_number=1,
+        step_name="first",
+        status="completed",
+        output_data={"step": 1, "label": "first"},
+        started_at=started,
+        completed_at=started + datetime.timedelta(seconds=2),
+        attempts=1,
+    )
+    WorkflowStepFactory(
+        workflow=workflow,
+        step_number=2,
+        step_name="second",
+        status="failed",
+        output_data=None,
+        error_message="ConnectionError: bank API unreachable",
+        started_at=started + datetime.timedelta(seconds=2),
+        completed_at=started + datetime.timedelta(seconds=9),
+        attempts=4,
+    )
+    return workflow
+
+
+def stuck_running(seconds_since_heartbeat: float = 600, **fields: Any) -> Workflow:
+    """A running workflow whose worker last heartbeated that long ago, at its first step."""
+    workflow = WorkflowFactory(status="running", attempts=1, started_at=timezone.now(), **fields)
+    WorkflowStepFactory(
+        workflow=workflow, step_number=1, step_name="first", status="running", started_at=timezone.now()
+    )
+    Workflow.objects.filter(pk=workflow.pk).update(
+        updated_at=timezone.now() - datetime.timedelta(seconds=seconds_since_heartbeat)
+    )
+    workflow.refresh_from_db()
+    return workflow

@@ -1,15 +1,21 @@
-"""The seed's three monitoring reports, shared by ``workflow_stats`` and the admin.
+"""The monitoring reports, shared by ``workflow_stats`` and the admin overview.
 
-The queries are the seed's own text, run verbatim (the hours parameter replaces
-its literal ``24`` only when asked for another window).
+The seed's three queries are its own text, run verbatim (the hours parameter
+replaces its literal ``24`` only when asked for another window). The overview's
+other figures (queue depth, outcomes per hour, table health) are written to stay
+cheap on a table of millions of finished rows: they read unfinished rows through
+the status index, or the statistics views, or one bounded pass.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import datetime
+from collections.abc import Iterator
 from typing import Any
 
-from django.db import connections
+from django.db import connections, transaction
 
 from .conf import conf
 
@@ -54,11 +60,21 @@ class Report:
         return [dict(zip(self.columns, row, strict=True)) for row in self.rows]
 
 
-def _run(title: str, sql: str, params: list[Any] | None = None) -> Report:
+def _run(title: str, sql: str, params: list[Any] | dict[str, Any] | None = None) -> Report:
     with connections[conf.DATABASE].cursor() as cursor:
         cursor.execute(sql, params)
         columns = [column.name for column in cursor.description]
         return Report(title, columns, list(cursor.fetchall()))
+
+
+@contextlib.contextmanager
+def time_limit(seconds: float) -> Iterator[None]:
+    """Run the block in one transaction in which PostgreSQL cancels any statement
+    that takes longer than ``seconds`` (raising ``django.db.OperationalError``)."""
+    with transaction.atomic(using=conf.DATABASE):
+        with connections[conf.DATABASE].cursor() as cursor:
+            cursor.execute("SELECT set_config('statement_timeout', %s, true)", [str(max(1, round(seconds * 1000)))])
+        yield
 
 
 def success_rate(hours: int = 24) -> Report:
@@ -78,3 +94,110 @@ def step_durations() -> Report:
 
 def all_reports(hours: int = 24) -> list[Report]:
     return [success_rate(hours), stuck_workflows(), step_durations()]
+
+
+QUEUE_DEPTH_SQL = """
+SELECT
+    queue,
+    COUNT(*) FILTER (WHERE status = 'pending' AND (run_after IS NULL OR run_after <= now())) AS due,
+    COUNT(*) FILTER (WHERE status = 'pending' AND run_after > now()) AS scheduled,
+    COUNT(*) FILTER (WHERE status = 'running') AS running,
+    MIN(created_at) FILTER (WHERE status = 'pending') AS oldest_pending
+FROM workflows
+WHERE status IN ('pending', 'running')
+GROUP BY queue
+ORDER BY queue;
+"""
+
+# One pass over the window's finished rows, grouped by hour, then joined to
+# every hour of the window so that quiet hours read as zero.
+HOURLY_OUTCOMES_SQL = """
+WITH finished AS (
+    SELECT date_trunc('hour', COALESCE(finished_at, updated_at)) AS hour, status
+    FROM workflows
+    WHERE status IN ('completed', 'failed')
+      AND COALESCE(finished_at, updated_at) >= date_trunc('hour', now()) - make_interval(hours => %(back)s)
+)
+SELECT
+    h.hour,
+    COUNT(*) FILTER (WHERE f.status = 'completed') AS completed,
+    COUNT(*) FILTER (WHERE f.status = 'failed') AS failed
+FROM generate_series(
+    date_trunc('hour', now()) - make_interval(hours => %(back)s), date_trunc('hour', now()), INTERVAL '1 hour'
+) AS h(hour)
+LEFT JOIN finished f ON f.hour = h.hour
+GROUP BY h.hour
+ORDER BY h.hour;
+"""
+
+TABLE_HEALTH_SQL = """
+SELECT
+    relname AS table_name,
+    n_live_tup AS live_tuples,
+    n_dead_tup AS dead_tuples,
+    ROUND(100.0 * n_dead_tup / NULLIF(n_live_tup + n_dead_tup, 0), 1) AS dead_pct,
+    last_autovacuum,
+    last_vacuum,
+    last_autoanalyze,
+    pg_total_relation_size(relid) AS total_bytes
+FROM pg_stat_user_tables
+WHERE relid IN ('workflows'::regclass, 'workflow_steps'::regclass)
+ORDER BY relname;
+"""
+
+OLDEST_PENDING_SQL = """
+SELECT id, workflow_type, queue, created_at, now() - created_at AS age
+FROM workflows
+WHERE status = 'pending'
+ORDER BY created_at
+LIMIT 1;
+"""
+
+# A loose index scan over idx_workflows_type_created: one index probe per
+# distinct type instead of reading every row.
+WORKFLOW_TYPES_SQL = """
+WITH RECURSIVE types AS (
+    (SELECT workflow_type FROM workflows ORDER BY workflow_type LIMIT 1)
+    UNION ALL
+    SELECT (SELECT w.workflow_type FROM workflows w WHERE w.workflow_type > types.workflow_type
+            ORDER BY w.workflow_type LIMIT 1)
+    FROM types
+    WHERE types.workflow_type IS NOT NULL
+)
+SELECT workflow_type FROM types WHERE workflow_type IS NOT NULL;
+"""
+
+
+@dataclasses.dataclass(frozen=True)
+class HourlyOutcome:
+    hour: datetime.datetime
+    completed: int
+    failed: int
+
+
+def queue_depth() -> Report:
+    """Unfinished workflows per queue: due now, scheduled for later, running."""
+    return _run("Queue depth", QUEUE_DEPTH_SQL)
+
+
+def hourly_outcomes(hours: int = 24) -> list[HourlyOutcome]:
+    """Workflows completed and failed in each of the last ``hours`` hours (the
+    current one included), oldest first."""
+    report = _run(f"Completed and failed per hour, last {hours} hours", HOURLY_OUTCOMES_SQL, {"back": hours - 1})
+    return [HourlyOutcome(hour, completed, failed) for hour, completed, failed in report.rows]
+
+
+def table_health() -> Report:
+    """Live and dead tuples and the last (auto)vacuum of the two tables, from ``pg_stat_user_tables``."""
+    return _run("Table health", TABLE_HEALTH_SQL)
+
+
+def oldest_pending() -> dict[str, Any] | None:
+    """The pending workflow created first, with its age, or None when nothing is pending."""
+    rows = _run("Oldest pending workflow", OLDEST_PENDING_SQL).as_dicts()
+    return rows[0] if rows else None
+
+
+def workflow_types() -> list[str]:
+    """Every workflow type present in the table, in order."""
+    return [row[0] for row in _run("Workflow types", WORKFLOW_TYPES_SQL).rows]

@@ -1,0 +1,260 @@
+"""The console's own pages, served under the workflow admin's URLs.
+
+- the overview: the seed's three reports, queue depth, outcomes per hour as a
+  bar chart, and the health of the two tables;
+- the step repairs of a failed or cancelled workflow: retry from step N, and
+  skip a failed step by supplying its output.
+
+Each view checks its model permission, changes state only through
+``orchestration.api``, and writes what it did to the admin log.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import psycopg
+from django import forms
+from django.contrib import messages
+from django.contrib.admin.utils import quote, unquote
+from django.core.exceptions import PermissionDenied
+from django.db import OperationalError
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
+from django.template.response import TemplateResponse
+from django.urls import reverse
+from django.utils import timezone
+from django.utils.http import urlencode
+
+from . import api, charts, stats
+from .errors import InvalidTransition, InvalidWorkflowInput
+from .models import StepStatus, Workflow, WorkflowStep
+
+if TYPE_CHECKING:
+    from .admin import WorkflowAdmin
+
+logger = logging.getLogger(__name__)
+
+#: Seconds a report of the overview may take before PostgreSQL cancels it, so a
+#: huge table slows the page down but never hangs a web worker.
+REPORT_TIME_LIMIT = 10.0
+
+#: Stuck workflows listed on the overview; the rest are counted, and the list links to them all.
+STUCK_ROWS_SHOWN = 20
+
+#: Dead tuples, in percent of a table, from which the overview flags it.
+DEAD_TUPLES_WARNING_PCT = 20
+
+
+def _change_url(workflow_id: Any) -> str:
+    return reverse("admin:orchestration_workflow_change", args=[quote(workflow_id)])
+
+
+def _changelist_url(**filters: str) -> str:
+    url = reverse("admin:orchestration_workflow_changelist")
+    return f"{url}?{urlencode(filters)}" if filters else url
+
+
+def _bounded(report: Callable[..., Any], *args: Any) -> tuple[Any, str | None]:
+    """Run ``report`` under the time limit: its result and None, or None and why not."""
+    try:
+        with stats.time_limit(REPORT_TIME_LIMIT):
+            return report(*args), None
+    except OperationalError as exc:
+        if not isinstance(exc.__cause__, psycopg.errors.QueryCanceled):
+            raise
+        logger.warning("overview: %s took longer than %ss and was cancelled", report.__name__, REPORT_TIME_LIMIT)
+        return None, (
+            f"This report took longer than {REPORT_TIME_LIMIT:g} seconds and was cancelled; "
+            "run `manage.py workflow_stats` for it."
+        )
+
+
+def overview(model_admin: WorkflowAdmin, request: HttpRequest) -> HttpResponse:
+    if not model_admin.has_view_permission(request):
+        raise PermissionDenied
+    success, success_problem = _bounded(stats.success_rate)
+    stuck, stuck_problem = _bounded(stats.stuck_workflows)
+    durations, durations_problem = _bounded(stats.step_durations)
+    depth, depth_problem = _bounded(stats.queue_depth)
+    hourly, hourly_problem = _bounded(stats.hourly_outcomes, 24)
+    health, health_problem = _bounded(stats.table_health)
+    oldest, oldest_problem = _bounded(stats.oldest_pending)
+    now = timezone.now()
+    context = {
+        **model_admin.admin_site.each_context(request),
+        "title": "Workflow overview",
+        "opts": model_admin.opts,
+        "success": [
+            {**row, "url": _changelist_url(workflow_type=row["workflow_type"])}
+            for row in (success.as_dicts() if success else [])
+        ],
+        "success_problem": success_problem,
+        "stuck": [
+            {
+                **row,
+                "url": _change_url(row["id"]),
+                "age": charts.format_duration((now - row["updated_at"]).total_seconds()),
+            }
+            for row in (stuck.as_dicts()[:STUCK_ROWS_SHOWN] if stuck else [])
+        ],
+        "stuck_total": len(stuck.rows) if stuck else 0,
+        # Running workflows, oldest heartbeat first (the list's 8th column).
+        "stuck_list_url": _changelist_url(status__exact="running", o="8"),
+        "stuck_problem": stuck_problem,
+        "durations": durations.as_dicts() if durations else [],
+        "durations_problem": durations_problem,
+        "depth": [
+            {**row, "url": _changelist_url(queue=row["queue"], status="pending")}
+            for row in (depth.as_dicts() if depth else [])
+        ],
+        "depth_problem": depth_problem,
+        "chart": charts.hourly_bar_chart(
+            [(timezone.localtime(bucket.hour), bucket.completed, bucket.failed) for bucket in hourly or []]
+        ),
+        "hourly_problem": hourly_problem,
+        "health": [
+            {**row, "warn": (row["dead_pct"] or 0) >= DEAD_TUPLES_WARNING_PCT}
+            for row in (health.as_dicts() if health else [])
+        ],
+        "health_problem": health_problem,
+        "oldest": oldest
+        and {
+            **oldest,
+            "url": _change_url(oldest["id"]),
+            "age_label": charts.format_duration(oldest["age"].total_seconds()),
+        },
+        "oldest_problem": oldest_problem,
+        "dead_warning_pct": DEAD_TUPLES_WARNING_PCT,
+    }
+    return TemplateResponse(request, "admin/orchestration/workflow/overview.html", context)
+
+
+# -- step repairs ---------------------------------------------------------------
+
+
+class SkipStepForm(forms.Form):
+    output = forms.CharField(
+        label="Output of the step, as JSON",
+        widget=forms.Textarea(attrs={"rows": 8, "cols": 80, "class": "vLargeTextField orch-json-input"}),
+        help_text='What the step would have returned, e.g. {"payout_id": "po_123"}, "done" or null. '
+        "Later steps receive it exactly as if the step had run.",
+        strip=True,
+    )
+
+    def clean_output(self) -> Any:
+        text = self.cleaned_data["output"]
+        try:
+            return json.loads(text, parse_constant=_reject_constant)
+        except ValueError as exc:
+            raise forms.ValidationError(f"Not valid JSON: {exc}") from None
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def _repair_target(
+    model_admin: WorkflowAdmin, request: HttpRequest, object_id: str, step_number: int
+) -> tuple[Workflow, WorkflowStep]:
+    if not (model_admin.has_view_permission(request) and model_admin.has_retry_permission(request)):
+        raise PermissionDenied
+    workflow = model_admin.get_object(request, unquote(object_id))
+    if workflow is None:
+        raise Http404(f"No workflow {object_id}.")
+    step = WorkflowStep.objects.filter(workflow=workflow, step_number=step_number).first()
+    if step is None:
+        raise Http404(f"Workflow {object_id} has no step {step_number}.")
+    return workflow, step
+
+
+def _repair_page(
+    model_admin: WorkflowAdmin, request: HttpRequest, workflow: Workflow, step: WorkflowStep, **context: Any
+) -> HttpResponse:
+    return TemplateResponse(
+        request,
+        "admin/orchestration/workflow/step_action.html",
+        {
+            **model_admin.admin_site.each_context(request),
+            "opts": model_admin.opts,
+            "workflow": workflow,
+            "step": step,
+            "change_url": _change_url(workflow.pk),
+            "repairable": workflow.status in api.REPAIRABLE,
+            **context,
+        },
+    )
+
+
+def retry_from_step(model_admin: WorkflowAdmin, request: HttpRequest, object_id: str, step_number: int) -> HttpResponse:
+    workflow, step = _repair_target(model_admin, request, object_id, step_number)
+    if request.method == "POST":
+        try:
+            api.retry_from_step(workflow.pk, step_number)
+        except InvalidTransition as exc:
+            model_admin.message_user(request, str(exc), messages.ERROR)
+        else:
+            model_admin.log_change(request, workflow, f"Retried from step {step_number} ({step.step_name}).")
+            model_admin.message_user(
+                request,
+                f"Workflow {str(workflow.pk)[:8]} is pending again; it resumes at step {step_number} "
+                f"({step.step_name}), which runs again with every later step.",
+                messages.SUCCESS,
+            )
+        return HttpResponseRedirect(_change_url(workflow.pk))
+    discarded = list(
+        WorkflowStep.objects.filter(workflow=workflow, step_number__gte=step_number)
+        .order_by("step_number")
+        .values_list("step_number", "step_name", "status")
+    )
+    return _repair_page(
+        model_admin,
+        request,
+        workflow,
+        step,
+        title=f"Retry from step {step_number}",
+        action="retry",
+        discarded=discarded,
+    )
+
+
+def skip_step(model_admin: WorkflowAdmin, request: HttpRequest, object_id: str, step_number: int) -> HttpResponse:
+    workflow, step = _repair_target(model_admin, request, object_id, step_number)
+    form = SkipStepForm(request.POST if request.method == "POST" else None)
+    if form.is_valid():
+        try:
+            api.skip_step(workflow.pk, step_number, form.cleaned_data["output"])
+        except InvalidWorkflowInput as exc:
+            form.add_error("output", str(exc))
+        except InvalidTransition as exc:
+            model_admin.message_user(request, str(exc), messages.ERROR)
+            return HttpResponseRedirect(_change_url(workflow.pk))
+        else:
+            model_admin.log_change(
+                request,
+                workflow,
+                f"Skipped failed step {step_number} ({step.step_name}) with output supplied by hand: "
+                f"{json.dumps(form.cleaned_data['output'])[:500]}",
+            )
+            model_admin.message_user(
+                request,
+                f"Step {step_number} ({step.step_name}) recorded as completed; workflow {str(workflow.pk)[:8]} "
+                f"is pending again and resumes at step {step_number + 1}.",
+                messages.SUCCESS,
+            )
+            return HttpResponseRedirect(_change_url(workflow.pk))
+    skippable = workflow.status in api.REPAIRABLE and (
+        step.status == StepStatus.FAILED and step.step_number == workflow.current_step + 1
+    )
+    return _repair_page(
+        model_admin,
+        request,
+        workflow,
+        step,
+        title=f"Skip step {step_number}",
+        action="skip",
+        form=form,
+        skippable=skippable,
+    )

@@ -42,8 +42,12 @@ format: $(STAMP)
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
 
+# The admin, with a worker process beside it so that what you retry there runs.
 serve: $(STAMP)
 	$(BIN)/python manage.py migrate --verbosity 0
+	@echo "Admin: http://127.0.0.1:8000/admin/ (user demo, password demo, made by make demo). Workers run alongside; Ctrl-C stops both."
+	@$(BIN)/python manage.py runworkers --concurrency 2 & workers=$$!; \
+	trap 'kill -TERM $$workers 2>/dev/null; wait $$workers' EXIT INT TERM; \
 	$(BIN)/python manage.py runserver 127.0.0.1:8000
 
 clean:

@@ -1,0 +1,185 @@
+"""The operator's console in a real Chromium, against a live server.
+
+Debian's ``chromium`` (installed by ``.ci/run`` when missing) driven by
+Playwright for Python; Playwright's own browser downloads are never used.
+Screenshots land in ``test-artifacts/screenshots/`` for a person to look at.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.urls import reverse
+
+from tests.admin_support import failed_three_steps, staff_user
+from tests.conftest import ROOT, drain
+
+CHROMIUM = Path("/usr/bin/chromium")
+SCREENSHOTS = ROOT / "test-artifacts" / "screenshots"
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.skipif(
+        not CHROMIUM.exists(),
+        reason="no Chromium at /usr/bin/chromium (Debian's 'chromium' package; .ci/run installs it when run as root)",
+    ),
+]
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    from playwright.sync_api import sync_playwright
+
+    # Playwright's sync API keeps an asyncio loop on this thread, which Django
+    # takes for an async context; the tests' ORM calls are plain synchronous code.
+    previous = os.environ.get("DJANGO_ALLOW_ASYNC_UNSAFE")
+    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
+    try:
+        with sync_playwright() as playwright:
+            chromium = playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS)
+            yield chromium
+            chromium.close()
+    finally:
+        if previous is None:
+            os.environ.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
+        else:
+            os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = previous
+
+
+@pytest.fixture
+def page(browser: Any, live_server: Any) -> Iterator[Any]:
+    context = browser.new_context(base_url=live_server.url, viewport={"width": 1400, "height": 1000})
+    context.set_default_timeout(10_000)
+    page = context.new_page()
+    yield page
+    context.close()
+
+
+def log_in(page: Any, username: str, password: str) -> None:
+    page.goto(reverse("admin:login"))
+    page.fill("#id_username", username)
+    page.fill("#id_password", password)
+    page.click("input[type=submit]")
+    page.wait_for_selector("#user-tools")
+
+
+def screenshot(page: Any, name: str) -> Path:
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    path = SCREENSHOTS / f"{name}.png"
+    path.unlink(missing_ok=True)
+    page.screenshot(path=str(path), full_page=True)
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 5_000
+    return path
+
+
+def test_operator__filters_failed_workflows_retries_one_and_watches_it_complete(page, admin_user):
+    failed = failed_three_steps()
+    other = failed_three_steps()
+    log_in(page, "admin", "password")
+    page.goto(reverse("admin:orchestration_workflow_changelist"))
+    page.click("#changelist-filter a:text-is('Failed')")
+    page.wait_for_url(re.compile(r"status__exact=failed"))
+    badges = page.locator("#result_list .orch-badge")
+    assert badges.all_inner_texts() == ["failed", "failed"]
+    screenshot(page, "01-failed-workflows")
+
+    row = page.locator("#result_list tr", has_text=str(failed.pk)[:8])
+    row.locator("input.action-select").check()
+    page.select_option("select[name=action]", "retry_workflows")
+    page.click("button[name=index]")
+    page.wait_for_selector(".messagelist")
+    assert "1 workflow(s) retried; 0 skipped" in page.inner_text(".messagelist")
+    # Still filtered on failed: the retried workflow has left the list.
+    assert page.locator("#result_list .orch-badge").all_inner_texts() == ["failed"]
+    screenshot(page, "02-retried")
+
+    page.goto(reverse("admin:orchestration_workflow_change", args=[failed.pk]))
+    assert page.inner_text(".field-status_label .orch-badge") == "pending"
+    assert drain() == ["completed"]  # a worker picks it up
+    page.reload()
+    assert page.inner_text(".field-status_label .orch-badge") == "completed"
+    screenshot(page, "03-completed")
+    other.refresh_from_db()
+    assert other.status == "failed"
+
+
+def test_operator__sees_a_workflows_steps_on_its_timeline(page, admin_user):
+    workflow = failed_three_steps()
+    log_in(page, "admin", "password")
+    page.goto(reverse("admin:orchestration_workflow_changelist"))
+    page.click(f"#result_list a:text-is('{str(workflow.pk)[:8]}')")
+    page.wait_for_selector(".orch-timeline")
+    bars = page.locator(".orch-timeline-bar")
+    assert bars.count() == 2
+    first, second = bars.nth(0).bounding_box(), bars.nth(1).bounding_box()
+    track = page.locator(".orch-timeline-track").nth(1).bounding_box()
+    # Step 1 took 2 s and step 2 took 7 s of the 9 s the workflow ran, one after the other.
+    assert first["width"] == pytest.approx(track["width"] * 2 / 9, abs=2)
+    assert second["width"] == pytest.approx(track["width"] * 7 / 9, abs=2)
+    assert second["x"] == pytest.approx(first["x"] + first["width"], abs=2)
+    assert "orch-failed" in bars.nth(1).get_attribute("class")
+    assert page.locator("tr.orch-step-row").count() == 2
+    assert "ConnectionError: bank API unreachable" in page.inner_text("#content-main")
+    screenshot(page, "04-workflow-timeline")
+
+
+def test_operator__skips_a_failed_step_by_supplying_its_output(page, admin_user):
+    workflow = failed_three_steps()
+    log_in(page, "admin", "password")
+    page.goto(reverse("admin:orchestration_workflow_change", args=[workflow.pk]))
+    page.click("a.orch-step-skip")
+    page.fill("textarea[name=output]", "{not json")
+    page.click("input[type=submit]")
+    assert "Not valid JSON" in page.inner_text(".errorlist")
+    page.fill("textarea[name=output]", '{"step": 2, "label": "done by hand"}')
+    screenshot(page, "05-skip-step")
+    page.click("input[type=submit]")
+    page.wait_for_selector(".messagelist")
+    assert "Step 2 (second) recorded as completed" in page.inner_text(".messagelist")
+    assert page.inner_text(".field-status_label .orch-badge") == "pending"
+    assert drain() == ["completed"]
+
+
+def test_operator__reads_the_overview_and_its_chart(page, admin_user):
+    failed_three_steps()
+    workflow = failed_three_steps()
+    log_in(page, "admin", "password")
+    page.goto(reverse("admin:orchestration_workflow_change", args=[workflow.pk]))
+    page.click("a.orch-step-retry >> nth=1")
+    page.click("input[type=submit]")
+    drain()  # the retried one completes, the other stays failed
+    page.goto(reverse("admin:orchestration_workflow_changelist"))
+    page.click("a.orch-overview-link")
+    page.wait_for_selector("svg.orch-chart")
+    assert page.locator("svg.orch-chart rect.orch-bar-completed").count() == 24
+    current_hour = page.locator("svg.orch-chart g.orch-hour").last
+    completed = current_hour.locator("rect.orch-bar-completed").bounding_box()
+    failed = current_hour.locator("rect.orch-bar-failed").bounding_box()
+    assert completed["height"] > 10 and failed["height"] > 10
+    assert "completed (1)" in page.inner_text("#orch-hourly") and "failed (1)" in page.inner_text("#orch-hourly")
+    assert "three_steps" in page.inner_text("#orch-success")
+    assert "workflow_steps" in page.inner_text("#orch-health")
+    screenshot(page, "06-overview")
+
+
+def test_operator_without_permissions__sees_the_list_but_no_action(page, db):
+    failed_three_steps()
+    staff_user("view_workflow", username="watcher", password="watcher-pw")
+    log_in(page, "watcher", "watcher-pw")
+    page.goto(reverse("admin:orchestration_workflow_changelist"))
+    assert page.locator("#result_list .orch-badge").count() == 1
+    assert page.locator("select[name=action]").count() == 0
+    screenshot(page, "07-view-only")

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import importlib.util
+
 from django.apps import AppConfig
 
 
@@ -13,4 +15,6 @@ class OrchestrationConfig(AppConfig):
 
         from . import checks  # noqa: F401  (registers the system checks)
 
+        if importlib.util.find_spec("django.tasks") is not None:  # Django >= 6.0
+            from . import tasks  # noqa: F401  (registers the workflow type that runs @task functions)
         autodiscover_modules("workflows")

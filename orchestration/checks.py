@@ -43,18 +43,25 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[Any]:
                 id="orchestration.E002",
             )
         )
+    problems.extend(check_database())
+    return problems
+
+
+def check_database() -> list[Any]:
+    """The database that holds the tables must exist and be PostgreSQL (also
+    run by the Tasks backend's checks when the app is not installed)."""
     alias = conf.DATABASE
     if alias not in settings.DATABASES:
-        problems.append(
+        return [
             Error(f"ORCHESTRATION['DATABASE'] names {alias!r}, which is not in DATABASES.", id="orchestration.E003")
-        )
-    elif "postgresql" not in settings.DATABASES[alias].get("ENGINE", ""):
-        problems.append(
+        ]
+    if "postgresql" not in settings.DATABASES[alias].get("ENGINE", ""):
+        return [
             Error(
                 f"The database {alias!r} does not use PostgreSQL; orchestration needs it "
                 "(SKIP LOCKED, LISTEN/NOTIFY, jsonb).",
                 hint="Set ENGINE to 'django.db.backends.postgresql'.",
                 id="orchestration.E004",
             )
-        )
-    return problems
+        ]
+    return []

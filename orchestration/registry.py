@@ -8,7 +8,7 @@ web processes know the same types.
 from __future__ import annotations
 
 import datetime
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, overload
 
@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 WorkflowFunction = Callable[["WorkflowContext", Any], Any]
 
 _registry: dict[str, WorkflowDefinition] = {}
+_queue_sources: list[Callable[[], Iterable[str]]] = []
 
 
 @dataclass(frozen=True)
@@ -127,11 +128,24 @@ def get_workflow(name: str) -> WorkflowDefinition:
         ) from None
 
 
+def add_queue_source(source: Callable[[], Iterable[str]]) -> None:
+    """Let something besides ``@workflow`` put work on queues (the Tasks backend
+    adds its ``TASKS[...]["QUEUES"]``); ``source`` is called on each lookup."""
+    if source not in _queue_sources:
+        _queue_sources.append(source)
+
+
 def known_queues() -> set[str]:
-    """Queues that something can put work on: registered workflows' and ``QUEUES``."""
+    """Queues that something can put work on: registered workflows', ``QUEUES``
+    and those of the queue sources."""
     from .conf import conf
 
-    return {"default", *conf.QUEUES, *(definition.queue for definition in _registry.values())}
+    return {
+        "default",
+        *conf.QUEUES,
+        *(definition.queue for definition in _registry.values()),
+        *(queue for source in _queue_sources for queue in source()),
+    }
 
 
 def registered_workflows() -> dict[str, WorkflowDefinition]:

@@ -7,6 +7,7 @@ DEBUG         default on for the example project
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import os
 import warnings
@@ -86,6 +87,10 @@ TIME_ZONE = "UTC"
 USE_I18N = True
 USE_TZ = True
 STATIC_URL = "static/"
+
+# Django >= 6.0: @task functions (django.tasks) run by runworkers like workflows.
+if importlib.util.find_spec("django.tasks") is not None:
+    TASKS = {"default": {"BACKEND": "orchestration.tasks.WorkflowBackend"}}
 
 ORCHESTRATION = {
     "RETRY_BACKOFF": env.float("ORCHESTRATION_RETRY_BACKOFF", default=1.0),

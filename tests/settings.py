@@ -4,6 +4,7 @@ Worker subprocesses started by the tests use these settings too, with
 DATABASE_NAME pointing them at the test database.
 """
 
+import importlib.util
 import os
 
 from project.settings import *  # noqa: F403
@@ -26,6 +27,12 @@ ORCHESTRATION = {
     "SHUTDOWN_GRACE": _setting("SHUTDOWN_GRACE", 10),
     "MAX_WORKER_DEATHS": int(_setting("MAX_WORKER_DEATHS", 3)),
 }
+if importlib.util.find_spec("django.tasks") is not None:  # Django >= 6.0
+    TASKS = {
+        "default": {"BACKEND": "orchestration.tasks.WorkflowBackend", "QUEUES": ["default", "emails"]},
+        "no_retries": {"BACKEND": "orchestration.tasks.WorkflowBackend", "OPTIONS": {"MAX_RETRIES": 0}},
+    }
+
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 # Several test runs can share one server when each names its own test database.

@@ -1,0 +1,358 @@
+"""Django's Tasks framework backend: ``@task`` functions run by ``runworkers``.
+
+    TASKS = {"default": {"BACKEND": "orchestration.tasks.WorkflowBackend"}}
+
+A task becomes a one-step workflow of the reserved type ``django.tasks`` whose
+input holds the task's import path and its JSON arguments. Workers run it like
+any workflow (claim, heartbeat, retries with backoff, the admin), so a task is
+retried up to ``max_retries`` times and its body runs at least once: make it
+idempotent, or raise ``PermanentError`` to fail it without retries.
+
+Needs Django 6.0 or newer; on older versions importing this module raises
+ImportError and the rest of the package works without it.
+"""
+
+from __future__ import annotations
+
+import builtins
+import datetime
+import re
+import traceback
+import uuid
+from typing import TYPE_CHECKING, Any
+
+try:
+    from django.tasks import DEFAULT_TASK_QUEUE_NAME, TaskContext, TaskResult, TaskResultStatus, task_backends
+    from django.tasks.backends.base import BaseTaskBackend
+    from django.tasks.base import TASK_MAX_PRIORITY, TASK_MIN_PRIORITY, Task, TaskError
+    from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
+    from django.tasks.signals import task_enqueued, task_finished, task_started
+except ImportError as exc:  # Django < 6.0
+    import django
+
+    raise ImportError(
+        f"orchestration.tasks is the backend for Django's Tasks framework (django.tasks), which needs "
+        f"Django 6.0 or newer; this is Django {django.get_version()}. Remove it from TASKS, or upgrade "
+        "Django. Workflows (@workflow, start_workflow, runworkers) work without it."
+    ) from exc
+
+from django.apps import apps
+from django.conf import settings
+from django.core import checks
+from django.utils import timezone
+from django.utils.json import normalize_json
+from django.utils.module_loading import import_string
+
+from .errors import InvalidWorkflowInput, OrchestrationError, UnknownWorkflowType, WorkflowCancelled
+from .registry import add_queue_source, workflow
+from .validation import STEP_NAME_MAX_LENGTH, NotJSONSerializable, to_json_value, validate_queue
+
+if TYPE_CHECKING:
+    from .context import WorkflowContext
+    from .models import Workflow
+
+#: The workflow type under which every task runs.
+TASK_WORKFLOW_TYPE = "django.tasks"
+
+_OPTIONS = ("MAX_RETRIES",)
+
+_STATUSES = {
+    "pending": TaskResultStatus.READY,
+    "running": TaskResultStatus.RUNNING,
+    "completed": TaskResultStatus.SUCCESSFUL,
+    "failed": TaskResultStatus.FAILED,
+    "cancelled": TaskResultStatus.FAILED,
+}
+
+
+class UnknownTask(UnknownWorkflowType):
+    """The task cannot be imported: no module of this process defines it."""
+
+
+class WorkflowBackend(BaseTaskBackend):
+    """Stores tasks as workflows in PostgreSQL; ``runworkers`` runs them.
+
+    ``QUEUES`` (default ``["default"]``; empty allows any) are the queue names
+    tasks may use; ``OPTIONS = {"MAX_RETRIES": n}`` sets their retries (default
+    ``ORCHESTRATION["DEFAULT_MAX_RETRIES"]``). Django's priorities (-100 to 100,
+    higher first) are the workflows' own, so tasks and workflows share one order.
+    """
+
+    supports_defer = True
+    supports_async_task = True
+    supports_get_result = True
+    supports_priority = True
+
+    def enqueue(self, task: Task[Any, Any], args: Any, kwargs: Any) -> TaskResult[Any, Any]:
+        """Store a run of ``task``; inside ``transaction.atomic()`` workers see it after commit."""
+        from .api import start_workflow
+
+        self.validate_task(task)
+        run_after = task.run_after
+        if run_after is not None and timezone.is_naive(run_after):  # only with USE_TZ = False
+            run_after = timezone.make_aware(run_after)
+        row = start_workflow(
+            TASK_WORKFLOW_TYPE,
+            {
+                "task": task.module_path,
+                "args": [
+                    _argument(value, f"Argument {n} of task {task.module_path!r}") for n, value in enumerate(args)
+                ],
+                "kwargs": {
+                    name: _argument(value, f"Keyword argument {name!r} of task {task.module_path!r}")
+                    for name, value in kwargs.items()
+                },
+                "backend": self.alias,
+                "run_after": None if run_after is None else run_after.isoformat(),
+            },
+            run_after=run_after,
+            queue=task.queue_name,
+            priority=task.priority,
+            max_retries=self.options.get("MAX_RETRIES"),
+        )
+        result = _task_result(row, last_attempted_at=None)
+        task_enqueued.send(type(self), task_result=result)
+        return result
+
+    def get_result(self, result_id: str) -> TaskResult[Any, Any]:
+        """The task's state read from its workflow row; ``TaskResultDoesNotExist`` if none."""
+        return _task_result(*_read_row(result_id))
+
+    def check(self, **kwargs: Any) -> list[Any]:
+        from .checks import check_database
+
+        problems = list(super().check(**kwargs))
+        where = f"TASKS[{self.alias!r}]"
+        if not apps.is_installed("orchestration"):
+            problems.append(
+                checks.Error(
+                    f"{where} uses orchestration.tasks.WorkflowBackend, but 'orchestration' is not in "
+                    "INSTALLED_APPS: its tables would not exist and no worker could run the tasks.",
+                    hint="Add 'orchestration' to INSTALLED_APPS, then run `manage.py migrate`.",
+                    id="orchestration.E010",
+                )
+            )
+            # With the app installed its own checks report the database.
+            problems.extend(check_database())
+        for queue in sorted(self.queues):
+            try:
+                validate_queue(queue)
+            except ValueError as exc:
+                problems.append(checks.Error(f"{where}['QUEUES']: {exc}", id="orchestration.E011"))
+        unknown = sorted(set(self.options) - set(_OPTIONS))
+        if unknown:
+            problems.append(
+                checks.Warning(
+                    f"{where}['OPTIONS'] has unknown keys {', '.join(map(repr, unknown))}.",
+                    hint=f"Known options: {', '.join(_OPTIONS)}.",
+                    id="orchestration.W010",
+                )
+            )
+        max_retries = self.options.get("MAX_RETRIES")
+        if max_retries is not None and (
+            isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0
+        ):
+            problems.append(
+                checks.Error(
+                    f"{where}['OPTIONS']['MAX_RETRIES'] is {max_retries!r}; it must be an integer >= 0.",
+                    id="orchestration.E012",
+                )
+            )
+        return problems
+
+
+def _argument(value: Any, what: str) -> Any:
+    """``value`` as the task will receive it, or a clear error before anything is written."""
+    try:
+        value = normalize_json(value)
+    except (TypeError, ValueError) as exc:
+        raise NotJSONSerializable(
+            f"{what} is not JSON-serialisable ({exc}); pass plain data (str, int, float, bool, None, lists, "
+            "dicts), for example a primary key instead of a model instance."
+        ) from None
+    return to_json_value(value, what)
+
+
+def _read_row(result_id: str) -> tuple[Workflow, datetime.datetime | None]:
+    from django.db.models import OuterRef, Subquery
+
+    from .conf import conf
+    from .models import Workflow, WorkflowStep
+
+    try:
+        pk = uuid.UUID(str(result_id))
+    except ValueError:
+        raise TaskResultDoesNotExist(result_id) from None
+    # The step's start is the start of the attempt that last ran the task body.
+    step_started = WorkflowStep.objects.filter(workflow=OuterRef("pk"), step_number=1).values("started_at")
+    row = (
+        Workflow.objects.using(conf.DATABASE)
+        .filter(pk=pk, workflow_type=TASK_WORKFLOW_TYPE)
+        .annotate(step_started_at=Subquery(step_started[:1]))
+        .first()
+    )
+    if row is None:
+        raise TaskResultDoesNotExist(result_id)
+    return row, row.step_started_at
+
+
+def _task_result(row: Workflow, last_attempted_at: datetime.datetime | None) -> TaskResult[Any, Any]:
+    data = _task_input(row.input_data)
+    status = _STATUSES[row.status]
+    result: TaskResult[Any, Any] = TaskResult(
+        task=_load_task(data, row),
+        id=str(row.pk),
+        status=status,
+        enqueued_at=row.created_at,
+        started_at=row.started_at,
+        finished_at=row.finished_at,
+        last_attempted_at=last_attempted_at or (row.started_at if row.attempts else None),
+        args=data["args"],
+        kwargs=data["kwargs"],
+        backend=data["backend"],
+        errors=[] if status == TaskResultStatus.SUCCESSFUL else _errors(row),
+        # Django counts attempts as len(worker_ids); the row keeps only the
+        # latest worker, so it stands for every attempt.
+        worker_ids=[row.worker_id] * row.attempts if row.worker_id else [],
+    )
+    if status == TaskResultStatus.SUCCESSFUL:
+        object.__setattr__(result, "_return_value", row.output_data)
+    return result
+
+
+def _task_input(data: Any) -> dict[str, Any]:
+    """The stored input, checked: rows inserted by SQL need only ``task``."""
+    if not isinstance(data, dict) or not isinstance(data.get("task"), str):
+        raise InvalidWorkflowInput(
+            f'A {TASK_WORKFLOW_TYPE} workflow needs the input {{"task": "module.function", "args": [...], '
+            f'"kwargs": {{...}}}}, not {data!r}.'
+        )
+    checked = {"args": [], "kwargs": {}, "backend": "default", "run_after": None, **data}
+    if not isinstance(checked["args"], list) or not isinstance(checked["kwargs"], dict):
+        raise InvalidWorkflowInput(f"The task input's args must be a list and kwargs an object, not {data!r}.")
+    return checked
+
+
+def _load_task(data: dict[str, Any], row: Workflow) -> Task[Any, Any]:
+    path = data["task"]
+    try:
+        task = import_string(path)
+    except ImportError as exc:
+        raise UnknownTask(f"Task {path!r} cannot be imported in this process: {exc}") from exc
+    if not isinstance(task, Task):
+        raise UnknownTask(f"{path!r} is not a task: decorate it with django.tasks.task.")
+    run_after = data["run_after"]
+    try:
+        return task.using(
+            priority=max(TASK_MIN_PRIORITY, min(TASK_MAX_PRIORITY, row.priority)),
+            queue_name=row.queue,
+            run_after=None if run_after is None else datetime.datetime.fromisoformat(run_after),
+            backend=data["backend"],
+        )
+    except InvalidTask:  # settings changed since it was enqueued (a queue removed ...)
+        return task
+
+
+def _errors(row: Workflow) -> list[TaskError]:
+    """The latest attempt's error: the row keeps only that one."""
+    if row.status == "cancelled":
+        return [TaskError(exception_class_path=_path(WorkflowCancelled), traceback=row.error_message or "")]
+    if not row.error_message:
+        return []
+    path = _exception_class_path(row.error_traceback or "")
+    name = "" if path is None else path.rsplit(".", 1)[-1]
+    # A worker that died leaves its message beside an older attempt's traceback.
+    if path is None or not (f"{name}:" in row.error_message or row.error_message.endswith(name)):
+        return [TaskError(exception_class_path=_path(OrchestrationError), traceback=row.error_message)]
+    return [TaskError(exception_class_path=path, traceback=row.error_traceback or "")]
+
+
+_EXCEPTION_LINE = re.compile(r"([A-Za-z_][\w.]*)(?::|$)")
+
+
+def _exception_class_path(text: str) -> str | None:
+    """The raised exception's class from ``traceback.format_exception`` text:
+    the first unindented line after the last ``Traceback`` header."""
+    lines = text.splitlines()
+    headers = [n for n, line in enumerate(lines) if line.startswith("Traceback (most recent call last):")]
+    for line in lines[headers[-1] + 1 if headers else 0 :]:
+        if line and not line[0].isspace():
+            match = _EXCEPTION_LINE.match(line)
+            if match is None:
+                return None
+            name = match.group(1)
+            return name if "." in name or not hasattr(builtins, name) else f"builtins.{name}"
+    return None
+
+
+def _path(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def _task_queues() -> list[str]:
+    """The queues of every TASKS backend of ours, so ``runworkers --queues`` accepts them."""
+    queues = []
+    for params in getattr(settings, "TASKS", {}).values():
+        try:
+            backend = import_string(params["BACKEND"])
+        except (ImportError, KeyError):
+            continue  # Django's own checks report it
+        if isinstance(backend, type) and issubclass(backend, WorkflowBackend):
+            queues.extend(params.get("QUEUES", [DEFAULT_TASK_QUEUE_NAME]))
+    return queues
+
+
+add_queue_source(_task_queues)
+
+
+# -- the worker's side ---------------------------------------------------------
+
+
+@workflow(TASK_WORKFLOW_TYPE)
+def run_task(ctx: WorkflowContext, data: Any) -> Any:
+    """The reserved workflow: one step that calls the task."""
+    path = _task_input(data)["task"]
+    name = path if len(path) <= STEP_NAME_MAX_LENGTH else "..." + path[-(STEP_NAME_MAX_LENGTH - 3) :]
+    return ctx.step(name, _call_task, str(ctx.workflow_id))
+
+
+def _call_task(result_id: str) -> Any:
+    from .retry import should_retry
+    from .worker import PERMANENT_ERRORS
+
+    row, last_attempted_at = _read_row(result_id)
+    result = _task_result(row, last_attempted_at)
+    task = result.task
+    sender = type(task_backends[result.backend])
+    task_started.send(sender, task_result=result)
+    try:
+        if task.takes_context:
+            value = task.call(TaskContext(task_result=result), *result.args, **result.kwargs)
+        else:
+            value = task.call(*result.args, **result.kwargs)
+        try:
+            value = normalize_json(value)
+        except (TypeError, ValueError) as exc:
+            raise NotJSONSerializable(f"The return value of task {task.module_path!r} is not JSON: {exc}") from None
+    except (Exception, SystemExit) as exc:
+        # Django's task_finished means finished for good, not "will be retried".
+        if isinstance(exc, PERMANENT_ERRORS) or not should_retry(row.attempts, row.max_retries):
+            _finish(result, TaskResultStatus.FAILED)
+            # This attempt's error replaces the previous one, as it will on the row.
+            result.errors[:] = [
+                TaskError(exception_class_path=_path(type(exc)), traceback="".join(traceback.format_exception(exc)))
+            ]
+            task_finished.send(sender, task_result=result)
+        raise
+    _finish(result, TaskResultStatus.SUCCESSFUL)
+    object.__setattr__(result, "_return_value", value)
+    task_finished.send(sender, task_result=result)
+    return value
+
+
+def _finish(result: TaskResult[Any, Any], status: TaskResultStatus) -> None:
+    object.__setattr__(result, "status", status)
+    object.__setattr__(result, "finished_at", timezone.now())
+
+
+__all__ = ["TASK_WORKFLOW_TYPE", "UnknownTask", "WorkflowBackend"]

@@ -11,12 +11,19 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: help demo test lint serve format clean
+# Django 5.2 on Python 3.11, where django.tasks does not exist: `make test-django52`.
+PYTHON311 ?= $(shell for p in python3.11 $${PYENV_ROOT:-$$HOME/.pyenv}/versions/3.11*/bin/python3; do \
+	"$$p" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' >/dev/null 2>&1 && { echo "$$p"; break; }; done)
+VENV52 ?= .venv-django52
+STAMP52 := $(VENV52)/.installed
+
+.PHONY: help demo test test-django52 lint serve format clean
 .DEFAULT_GOAL := help
 
 help:
 	@echo "make demo   run the demo workflows and print a report"
 	@echo "make test   run the test suite"
+	@echo "make test-django52   the suite on Django 5.2 with Python 3.11 (Tasks backend tests skip)"
 	@echo "make lint   ruff and mypy;  make serve: the admin on http://127.0.0.1:8000/admin/"
 
 $(STAMP): requirements.txt pyproject.toml
@@ -32,6 +39,17 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest
+
+$(STAMP52): requirements.txt pyproject.toml
+	@test -n "$(PYTHON311)" || { echo "No Python 3.11 found; set PYTHON311=/path/to/python3.11"; exit 1; }
+	$(PYTHON311) -m venv $(VENV52)
+	$(VENV52)/bin/python -m pip install --quiet --upgrade pip
+	$(VENV52)/bin/python -m pip install --quiet -r requirements.txt -e .
+	@touch $(STAMP52)
+
+test-django52: $(STAMP52)
+	$(VENV52)/bin/python -c 'import django; assert django.VERSION[:2] == (5, 2), django.get_version()'
+	$(VENV52)/bin/python -m pytest
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -51,4 +69,4 @@ serve: $(STAMP)
 	$(BIN)/python manage.py runserver 127.0.0.1:8000
 
 clean:
-	rm -rf $(VENV) .pgdata .pytest_cache .mypy_cache .ruff_cache *.egg-info
+	rm -rf $(VENV) $(VENV52) .pgdata .pytest_cache .mypy_cache .ruff_cache *.egg-info

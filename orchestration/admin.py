@@ -209,10 +209,8 @@ class WorkflowStepInline(admin.TabularInline):
 
     @admin.display(description="duration")
     def duration(self, step: WorkflowStep) -> SafeString:
-        if step.started_at and not step.completed_at and step.status == StepStatus.RUNNING:
-            text = f"{charts.format_duration((timezone.now() - step.started_at).total_seconds())} so far"
-        else:
-            text = charts.format_duration(step.duration_seconds)
+        running = step.status == StepStatus.RUNNING
+        text = charts.format_elapsed(step.started_at, step.completed_at, timezone.now(), running=running)
         if step.attempts > 1:  # bodies run at least once: say when one ran more
             return format_html('{}<br><span class="orch-muted">run {} times</span>', text, step.attempts)
         return format_html("{}", text)
@@ -380,12 +378,9 @@ class WorkflowAdmin(admin.ModelAdmin):
 
     @admin.display(description="duration")
     def duration(self, obj: Workflow) -> str:
-        if obj.started_at is None:
-            return "—"
-        if obj.status == WorkflowStatus.RUNNING:
-            return f"{charts.format_duration((timezone.now() - obj.started_at).total_seconds())} so far"
         end = obj.finished_at if obj.status in FINISHED_STATUSES else None
-        return charts.format_duration((end - obj.started_at).total_seconds()) if end else "—"
+        running = obj.status == WorkflowStatus.RUNNING
+        return charts.format_elapsed(obj.started_at, end, timezone.now(), running=running)
 
     # -- the workflow page
 

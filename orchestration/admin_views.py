@@ -57,6 +57,14 @@ def _changelist_url(**filters: str) -> str:
     return f"{url}?{urlencode(filters)}" if filters else url
 
 
+def _column_index(model_admin: WorkflowAdmin, request: HttpRequest, column: str) -> str:
+    """The list's ``o`` parameter that sorts on ``column``, as this user's list numbers its columns."""
+    columns = list(model_admin.get_list_display(request))
+    if model_admin.get_actions(request):
+        columns.insert(0, "action_checkbox")
+    return str(columns.index(column))
+
+
 def _bounded(report: Callable[..., Any], *args: Any) -> tuple[Any, str | None]:
     """Run ``report`` under the time limit: its result and None, or None and why not."""
     try:
@@ -101,13 +109,12 @@ def overview(model_admin: WorkflowAdmin, request: HttpRequest) -> HttpResponse:
             for row in (stuck.as_dicts()[:STUCK_ROWS_SHOWN] if stuck else [])
         ],
         "stuck_total": len(stuck.rows) if stuck else 0,
-        # Running workflows, oldest heartbeat first (the list's 8th column).
-        "stuck_list_url": _changelist_url(status__exact="running", o="8"),
+        "stuck_list_url": _changelist_url(status__exact="running", o=_column_index(model_admin, request, "heartbeat")),
         "stuck_problem": stuck_problem,
         "durations": durations.as_dicts() if durations else [],
         "durations_problem": durations_problem,
         "depth": [
-            {**row, "url": _changelist_url(queue=row["queue"], status="pending")}
+            {**row, "url": _changelist_url(queue=row["queue"], status__exact="pending")}
             for row in (depth.as_dicts() if depth else [])
         ],
         "depth_problem": depth_problem,

@@ -97,6 +97,25 @@ def format_duration(seconds: float | None) -> str:
     raise AssertionError("unreachable")
 
 
+def format_elapsed(
+    start: datetime.datetime | None, end: datetime.datetime | None, now: datetime.datetime, *, running: bool
+) -> str:
+    """How long something ran: up to ``now`` while ``running``, else from start to end.
+
+    >>> t = datetime.datetime(2026, 1, 1)
+    >>> later = t + datetime.timedelta(seconds=3)
+    >>> format_elapsed(t, None, later, running=True), format_elapsed(t, later, later, running=False)
+    ('3.0 s so far', '3.0 s')
+    >>> format_elapsed(None, None, later, running=True), format_elapsed(t, None, later, running=False)
+    ('—', '—')
+    """
+    if start is None:
+        return "—"
+    if running:
+        return f"{format_duration((now - start).total_seconds())} so far"
+    return format_duration((end - start).total_seconds()) if end is not None else "—"
+
+
 def _start(step: StepTiming) -> datetime.datetime:
     assert step.started_at is not None
     return step.started_at

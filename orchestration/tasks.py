@@ -39,6 +39,7 @@ except ImportError as exc:  # Django < 6.0
 from django.apps import apps
 from django.conf import settings
 from django.core import checks
+from django.core.exceptions import ImproperlyConfigured
 from django.utils import timezone
 from django.utils.json import normalize_json
 from django.utils.module_loading import import_string
@@ -85,6 +86,7 @@ class WorkflowBackend(BaseTaskBackend):
 
     def enqueue(self, task: Task[Any, Any], args: Any, kwargs: Any) -> TaskResult[Any, Any]:
         """Store a run of ``task``; inside ``transaction.atomic()`` workers see it after commit."""
+        self._require_app()
         from .api import start_workflow
 
         self.validate_task(task)
@@ -116,6 +118,7 @@ class WorkflowBackend(BaseTaskBackend):
 
     def get_result(self, result_id: str) -> TaskResult[Any, Any]:
         """The task's state read from its workflow row; ``TaskResultDoesNotExist`` if none."""
+        self._require_app()
         return _task_result(*_read_row(result_id))
 
     def check(self, **kwargs: Any) -> list[Any]:
@@ -124,14 +127,7 @@ class WorkflowBackend(BaseTaskBackend):
         problems = list(super().check(**kwargs))
         where = f"TASKS[{self.alias!r}]"
         if not apps.is_installed("orchestration"):
-            problems.append(
-                checks.Error(
-                    f"{where} uses orchestration.tasks.WorkflowBackend, but 'orchestration' is not in "
-                    "INSTALLED_APPS: its tables would not exist and no worker could run the tasks.",
-                    hint="Add 'orchestration' to INSTALLED_APPS, then run `manage.py migrate`.",
-                    id="orchestration.E010",
-                )
-            )
+            problems.append(checks.Error(self._not_installed(), hint=_INSTALL_HINT, id="orchestration.E010"))
             # With the app installed its own checks report the database.
             problems.extend(check_database())
         for queue in sorted(self.queues):
@@ -159,6 +155,20 @@ class WorkflowBackend(BaseTaskBackend):
                 )
             )
         return problems
+
+    def _require_app(self) -> None:
+        # Without the app its models cannot even be imported; say why instead.
+        if not apps.is_installed("orchestration"):
+            raise ImproperlyConfigured(f"{self._not_installed()} {_INSTALL_HINT}")
+
+    def _not_installed(self) -> str:
+        return (
+            f"TASKS[{self.alias!r}] uses orchestration.tasks.WorkflowBackend, but 'orchestration' is not in "
+            "INSTALLED_APPS: its tables would not exist and no worker could run the tasks."
+        )
+
+
+_INSTALL_HINT = "Add 'orchestration' to INSTALLED_APPS, then run `manage.py migrate`."
 
 
 def _argument(value: Any, what: str) -> Any:

@@ -113,22 +113,42 @@ def test_enqueue_in_a_transaction__is_run_only_after_commit_and_never_after_roll
     assert list(StepRun.objects.values_list("label", flat=True)) == ["committed"]
 
 
-def test_check__explains_a_backend_without_the_app_and_a_database_that_is_not_postgres():
-    script = """
+SCRIPT_WITHOUT_THE_APP = """
 import django
 from django.conf import settings
 settings.configure(
     INSTALLED_APPS=["django.contrib.contenttypes"],
     DATABASES={"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}},
-    TASKS={"default": {"BACKEND": "orchestration.tasks.WorkflowBackend", "QUEUES": ["a,b"]}},
+    TASKS={"default": {"BACKEND": "orchestration.tasks.WorkflowBackend", "QUEUES": ["default", "a,b"]}},
 )
 django.setup()
-import django.tasks  # as a project's code that uses @task does; it registers Django's task checks
+from django.core.exceptions import ImproperlyConfigured
 from django.core.management import call_command
-call_command("check")
+from django.core.management.base import SystemCheckError
+from django.tasks import task  # as a project's code does; it registers Django's task checks
+
+@task
+def send(order_id):
+    return order_id
+
+try:
+    call_command("check")
+except SystemCheckError as exc:
+    print(exc)
+try:
+    send.enqueue(1)
+except ImproperlyConfigured as exc:
+    print("enqueue:", exc)
 """
-    result = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=60)
-    assert result.returncode != 0
-    assert "orchestration.E010" in result.stderr and "'orchestration' is not in INSTALLED_APPS" in result.stderr
-    assert "orchestration.E004" in result.stderr and "does not use PostgreSQL" in result.stderr
-    assert "orchestration.E011" in result.stderr and "TASKS['default']['QUEUES']" in result.stderr
+
+
+def test_backend_without_the_app__is_explained_by_check_and_by_enqueue():
+    result = subprocess.run(
+        [sys.executable, "-c", SCRIPT_WITHOUT_THE_APP], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert "orchestration.E010" in out and "'orchestration' is not in INSTALLED_APPS" in out
+    assert "orchestration.E004" in out and "does not use PostgreSQL" in out
+    assert "orchestration.E011" in out and "TASKS['default']['QUEUES']" in out
+    assert "enqueue: TASKS['default'] uses orchestration.tasks.WorkflowBackend, but 'orchestration' is not" in out

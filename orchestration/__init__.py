@@ -9,6 +9,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from .errors import (
+    ChildWorkflowFailed,
+    DeadlineExceeded,
+    EventTimeout,
     InvalidTransition,
     InvalidWorkflowInput,
     NonDeterministicWorkflow,
@@ -20,18 +23,24 @@ from .errors import (
 from .registry import workflow
 
 if TYPE_CHECKING:
-    from .api import cancel_workflow, restart_workflow, retry_workflow, start_workflow
-    from .context import WorkflowContext
+    from .api import cancel_workflow, restart_workflow, retry_workflow, send_event, start_workflow
+    from .context import ChildHandle, WorkflowContext
 
 _LAZY = {
     "start_workflow": "api",
     "retry_workflow": "api",
     "restart_workflow": "api",
     "cancel_workflow": "api",
+    "send_event": "api",
     "WorkflowContext": "context",
+    "ChildHandle": "context",
 }
 
 __all__ = [
+    "ChildHandle",
+    "ChildWorkflowFailed",
+    "DeadlineExceeded",
+    "EventTimeout",
     "InvalidTransition",
     "InvalidWorkflowInput",
     "NonDeterministicWorkflow",
@@ -43,6 +52,7 @@ __all__ = [
     "cancel_workflow",
     "restart_workflow",
     "retry_workflow",
+    "send_event",
     "start_workflow",
     "workflow",
 ]

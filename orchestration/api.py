@@ -15,13 +15,20 @@ from typing import Any
 from django.db import transaction
 from django.db.models import F, Q
 from django.db.models.functions import Least, Now
+from django.utils import timezone
 
 from .conf import conf
 from .errors import InvalidTransition
-from .models import StepStatus, Workflow, WorkflowStatus, WorkflowStep
+from .models import FINISHED_STATUSES, StepStatus, Workflow, WorkflowEvent, WorkflowStatus, WorkflowStep
 from .registry import get_workflow
 from .sql import notify_new_work
-from .validation import to_json_value, validate_options, validate_workflow_type
+from .validation import (
+    to_json_value,
+    validate_options,
+    validate_step_name,
+    validate_timeout,
+    validate_workflow_type,
+)
 
 WorkflowRef = Workflow | uuid.UUID | str
 
@@ -35,12 +42,15 @@ def start_workflow(
     queue: str | None = None,
     priority: int | None = None,
     max_retries: int | None = None,
+    timeout: float | datetime.timedelta | None = None,
 ) -> Workflow:
     """Enqueue a run of ``workflow_type`` and return its row.
 
     Inside ``transaction.atomic()`` the workflow becomes visible to workers only
     when the transaction commits. With an ``idempotency_key`` that was used
-    before, the first workflow is returned and nothing new is created.
+    before, the first workflow is returned and nothing new is created. A
+    ``timeout`` (seconds or timedelta; default the decorator's) cancels the run
+    at its next step boundary once that long has passed since now.
     """
     validate_workflow_type(workflow_type)
     definition = get_workflow(workflow_type)
@@ -51,8 +61,10 @@ def start_workflow(
     validate_options(
         idempotency_key=idempotency_key, run_after=run_after, queue=queue, priority=priority, max_retries=max_retries
     )
+    limit = validate_timeout(definition.timeout if timeout is None else timeout)
     workflow = Workflow(
         workflow_type=workflow_type,
+        deadline=timezone.now() + limit if limit is not None else None,
         input_data=to_json_value(input_data, f"The input of workflow {workflow_type!r}"),
         idempotency_key=idempotency_key,
         run_after=run_after,
@@ -74,6 +86,35 @@ def start_workflow(
         notify_new_work(alias, queue)
     workflow.refresh_from_db(using=alias)
     return workflow
+
+
+def send_event(workflow: WorkflowRef, name: str, payload: Any = None) -> WorkflowEvent:
+    """Send event ``name`` with a JSON ``payload`` to a workflow.
+
+    The event is stored until the workflow's ``ctx.wait_for_event(name)``
+    consumes it, so it may be sent before the workflow waits. A workflow
+    waiting for it is woken at once.
+    """
+    validate_step_name(name)
+    workflow_id = _workflow_id(workflow)
+    value = to_json_value(payload, f"The payload of event {name!r}")
+    alias = conf.DATABASE
+    with transaction.atomic(using=alias):
+        current = Workflow.objects.using(alias).select_for_update().filter(pk=workflow_id).values("status", "queue")
+        row = current.first()
+        if row is None:
+            raise Workflow.DoesNotExist(f"No workflow {workflow_id} to send event {name!r} to.")
+        if row["status"] in FINISHED_STATUSES:
+            raise InvalidTransition(f"Cannot send event {name!r} to workflow {workflow_id}: it is {row['status']}.")
+        event = WorkflowEvent.objects.using(alias).create(workflow_id=workflow_id, name=name, payload=value)
+        woken = (
+            Workflow.objects.using(alias)
+            .filter(pk=workflow_id, status=WorkflowStatus.PENDING, waiting_for=f"event: {name}")
+            .update(run_after=None)
+        )
+        if woken:
+            notify_new_work(alias, row["queue"])
+    return event
 
 
 def retry_workflow(workflow: WorkflowRef) -> Workflow:
@@ -284,6 +325,7 @@ __all__ = [
     "restart_workflow",
     "retry_from_step",
     "retry_workflow",
+    "send_event",
     "skip_step",
     "start_workflow",
 ]

@@ -23,6 +23,8 @@ DEFAULTS: dict[str, Any] = {
     # Queue names workers may serve besides those of registered workflows
     # (for rows enqueued by plain SQL or other languages).
     "QUEUES": [],
+    # Whether runworkers processes start the runs of ``@workflow(schedule=...)``.
+    "SCHEDULER": True,
     # Largest accepted JSON encoding of a workflow's input or a step's output.
     "MAX_PAYLOAD_BYTES": 1024 * 1024,
     # A workflow whose worker died this many times in a row at the same step

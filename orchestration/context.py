@@ -2,16 +2,29 @@
 
 from __future__ import annotations
 
+import datetime
 import logging
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from django.db import transaction
+from django.utils import timezone
+
 from . import queue
-from .errors import LeaseLost, NonDeterministicWorkflow
-from .models import StepStatus
-from .validation import to_json_value, validate_step_name
+from .conf import conf
+from .errors import (
+    ChildWorkflowFailed,
+    DeadlineExceeded,
+    EventTimeout,
+    LeaseLost,
+    NonDeterministicWorkflow,
+    WorkflowCancelled,
+)
+from .models import StepStatus, WorkflowStatus
+from .validation import to_json_value, to_timedelta, validate_step_name
 
 logger = logging.getLogger(__name__)
 
@@ -20,6 +33,32 @@ T = TypeVar("T")
 
 class ReleaseRequested(Exception):
     """The worker is shutting down: give the workflow back at this step boundary."""
+
+
+class Suspend(Exception):
+    """The workflow waits: release it to pending until ``until`` or a wake-up.
+
+    Raised by the waiting primitives and caught by the worker, so a waiting
+    workflow holds no thread and no connection.
+    """
+
+    def __init__(self, until: datetime.datetime | None, waiting_for: str, ready: Callable[[], bool] | None = None):
+        super().__init__(waiting_for)
+        self.until = until
+        self.waiting_for = waiting_for
+        self.ready = ready
+
+
+@dataclass(frozen=True)
+class ChildHandle:
+    """What ``ctx.start_child`` returns; pass a list of them to ``ctx.wait_for``."""
+
+    workflow_id: uuid.UUID
+    workflow_type: str
+
+
+# A timer due within this margin counts as due: worker and database clocks differ slightly.
+_CLOCK_MARGIN = datetime.timedelta(milliseconds=50)
 
 
 class WorkflowContext:
@@ -70,6 +109,144 @@ class WorkflowContext:
         The body runs at least once (again, if the worker died before the
         checkpoint was written); the checkpoint is written exactly once.
         """
+        number, recorded = self._next(name)
+        if recorded is not None and recorded.status == StepStatus.COMPLETED:
+            return recorded.output
+        self._check_boundary()
+        run = self._run
+        self._durable(lambda: queue.start_step(run, number, name))
+        started = time.monotonic()
+        try:
+            output = to_json_value(fn(*args, **kwargs), f"The result of step {number} {name!r}")
+        except Exception as exc:
+            self._record_step_failure(number, name, exc, started)
+            raise
+        self._durable(lambda: queue.complete_step(run, number, output))
+        self._completed(number, name, output, started)
+        return output
+
+    def atomic_step(self, name: str, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+        """Like ``step``, but ``fn`` runs inside ``transaction.atomic()`` on the
+        orchestration database and the checkpoint is written in that same
+        transaction: a step that only touches that database takes effect exactly
+        once, however the worker dies."""
+        number, recorded = self._next(name)
+        if recorded is not None and recorded.status == StepStatus.COMPLETED:
+            return recorded.output
+        self._check_boundary()
+        run = self._run
+        self._durable(lambda: queue.start_step(run, number, name))
+        started = time.monotonic()
+        try:
+            with transaction.atomic(using=conf.DATABASE):
+                output = to_json_value(fn(*args, **kwargs), f"The result of step {number} {name!r}")
+                # The fence comes last, so the workflow row is locked only for
+                # the commit: a lost lease rolls the step's own writes back too.
+                queue.complete_step(run, number, output)
+        except (LeaseLost, WorkflowCancelled, ReleaseRequested, Suspend, DeadlineExceeded):
+            raise
+        except Exception as exc:
+            self._record_step_failure(number, name, exc, started)
+            raise
+        self._completed(number, name, output, started)
+        return output
+
+    def sleep(self, name: str, duration: float | datetime.timedelta) -> None:
+        """A durable timer: the workflow is released to pending and resumes on
+        any worker once ``duration`` has passed, surviving restarts meanwhile."""
+        duration = to_timedelta(duration, f"ctx.sleep({name!r}) duration", allow_zero=True)
+        number, recorded = self._next(name)
+        if recorded is not None and recorded.status == StepStatus.COMPLETED:
+            return
+        wake_at = self._wait_started(number, name, recorded, "wake_at", timezone.now() + duration)
+        assert wake_at is not None
+        if timezone.now() + _CLOCK_MARGIN >= wake_at:
+            details = {"wake_at": wake_at.isoformat()}
+            self._durable(lambda: queue.complete_step(self._run, number, details))
+            self._completed(number, name, details, None)
+            return
+        raise Suspend(wake_at, f"timer: {name} until {wake_at:%Y-%m-%d %H:%M:%S} UTC")
+
+    def wait_for_event(self, name: str, timeout: float | datetime.timedelta | None = None) -> Any:
+        """Wait until ``send_event(workflow_id, name, payload)``, and return the payload.
+
+        An event sent before the wait is kept and returned at once. With a
+        ``timeout`` (seconds or timedelta), ``EventTimeout`` is raised when it
+        passes first; uncaught, it fails the workflow without retries.
+        """
+        limit = None
+        if timeout is not None:
+            limit = to_timedelta(timeout, f"ctx.wait_for_event({name!r}) timeout", allow_zero=True)
+        number, recorded = self._next(name)
+        if recorded is not None and recorded.status == StepStatus.COMPLETED:
+            return self._event_outcome(name, recorded.output)
+        deadline = timezone.now() + limit if limit is not None else None
+        timeout_at = self._wait_started(number, name, recorded, "timeout_at", deadline, extra={"event": name})
+        run = self._run
+        found, payload = self._durable(lambda: queue.take_event(run, number, name))
+        if found:
+            self._completed(number, name, {"payload": payload}, None)
+            return payload
+        if timeout_at is not None and timezone.now() + _CLOCK_MARGIN >= timeout_at:
+            details = {"event": name, "timed_out": True}
+            self._durable(lambda: queue.complete_step(run, number, details))
+            return self._event_outcome(name, details)
+        raise Suspend(timeout_at, f"event: {name}", ready=lambda: queue.has_unconsumed_event(run.id, name))
+
+    def start_child(self, workflow_type: str, input_data: Any = None, **options: Any) -> ChildHandle:
+        """Start a child workflow (exactly once, recorded as a step) and return its handle."""
+        from .api import start_workflow
+
+        name = f"start child {workflow_type}"[:200]
+        number, recorded = self._next(name)
+        if recorded is not None and recorded.status == StepStatus.COMPLETED:
+            return ChildHandle(uuid.UUID(recorded.output["workflow_id"]), workflow_type)
+        self._check_boundary()
+        run = self._run
+        self._durable(lambda: queue.start_step(run, number, name))
+
+        def start_and_checkpoint() -> dict[str, str]:
+            with transaction.atomic(using=conf.DATABASE):
+                child = start_workflow(workflow_type, input_data, idempotency_key=f"child:{run.id}:{number}", **options)
+                type(child).objects.using(conf.DATABASE).filter(pk=child.pk).update(parent_id=run.id)
+                output = {"workflow_id": str(child.pk)}
+                queue.complete_step(run, number, output)
+                return output
+
+        output = self._durable(start_and_checkpoint)
+        self._completed(number, name, output, None)
+        return ChildHandle(uuid.UUID(output["workflow_id"]), workflow_type)
+
+    def wait_for(self, handles: Sequence[ChildHandle]) -> list[Any]:
+        """Wait until every child finished; return their outputs in the order of
+        ``handles``. A failed or cancelled child fails this workflow with its error."""
+        ids = [handle.workflow_id for handle in handles]
+        name = f"wait for {len(ids)} children"
+        number, recorded = self._next(name)
+        if recorded is not None and recorded.status == StepStatus.COMPLETED:
+            return list(recorded.output)
+        self._wait_started(number, name, recorded, None, None, extra={"children": [str(i) for i in ids]})
+        outcomes = self._durable(lambda: queue.workflow_outcomes(ids))
+        for child_id in ids:
+            child = outcomes.get(child_id)
+            if child is not None and child["status"] in (WorkflowStatus.FAILED, WorkflowStatus.CANCELLED):
+                error = ChildWorkflowFailed(
+                    f"Child workflow {child_id} ({child['workflow_type']}) {child['status']}: {child['error_message']}"
+                )
+                self._record_step_failure(number, name, error, None)
+                raise error
+        finished = sum(1 for child in outcomes.values() if child["status"] == WorkflowStatus.COMPLETED)
+        if finished == len(ids):
+            outputs = [outcomes[child_id]["output_data"] for child_id in ids]
+            self._durable(lambda: queue.complete_step(self._run, number, outputs))
+            self._completed(number, name, outputs, None)
+            return outputs
+        raise Suspend(None, f"children: {finished} of {len(ids)} finished", ready=lambda: queue.all_finished(ids))
+
+    # -- helpers ------------------------------------------------------------
+
+    def _next(self, name: str) -> tuple[int, queue.RecordedStep | None]:
+        """Number the next step and check it against the recorded history."""
         validate_step_name(name)
         number = self._next_number
         self._next_number += 1
@@ -80,43 +257,67 @@ class WorkflowContext:
                 f"but this run called {name!r} there. Workflow code must call the same steps in the "
                 "same order on every run; restart the workflow to run it from scratch."
             )
-        if recorded is not None and recorded.status == StepStatus.COMPLETED:
-            return recorded.output
+        return number, recorded
 
+    def _wait_started(
+        self,
+        number: int,
+        name: str,
+        recorded: queue.RecordedStep | None,
+        key: str | None,
+        default: datetime.datetime | None,
+        extra: dict[str, Any] | None = None,
+    ) -> datetime.datetime | None:
+        """The wait's recorded limit (``key`` in its details); records the wait
+        with ``default`` as the limit the first time."""
+        details = recorded.output if recorded is not None and isinstance(recorded.output, dict) else None
+        if details is not None and (key is None or key in details):
+            value = details.get(key) if key else None
+            return datetime.datetime.fromisoformat(value) if value else None
         self._check_boundary()
+        details = {**(extra or {})}
+        if key is not None:
+            details[key] = default.isoformat() if default else None
         run = self._run
-        self._durable(lambda: queue.start_step(run, number, name))
-        started = time.monotonic()
-        try:
-            output = to_json_value(fn(*args, **kwargs), f"The result of step {number} {name!r}")
-        except Exception as exc:
-            self.failed_step = (number, name)
-            message = f"{type(exc).__name__}: {exc}"
-            self._durable(lambda: queue.fail_step(run, number, message))
-            logger.info(
-                'workflow %s (%s) step %d "%s" failed after %.3fs: %s',
-                run.id,
-                run.workflow_type,
-                number,
-                name,
-                time.monotonic() - started,
-                message,
-            )
-            raise
-        self._durable(lambda: queue.complete_step(run, number, output))
-        self._recorded[number] = queue.RecordedStep(number, name, StepStatus.COMPLETED, output)
+        self._durable(lambda: queue.record_wait(run, number, name, details))
+        self._recorded[number] = queue.RecordedStep(number, name, StepStatus.PENDING, details)
+        return default
+
+    def _event_outcome(self, name: str, output: Any) -> Any:
+        if isinstance(output, dict) and output.get("timed_out"):
+            raise EventTimeout(f"No {name!r} event arrived before the wait's timeout.")
+        return output.get("payload") if isinstance(output, dict) else output
+
+    def _record_step_failure(self, number: int, name: str, exc: BaseException, started: float | None) -> None:
+        self.failed_step = (number, name)
+        message = f"{type(exc).__name__}: {exc}"
+        run = self._run
+        self._durable(lambda: queue.fail_step(run, number, message))
         logger.info(
-            'workflow %s (%s) step %d "%s" completed in %.3fs',
+            'workflow %s (%s) step %d "%s" failed after %.3fs: %s',
             run.id,
             run.workflow_type,
             number,
             name,
-            time.monotonic() - started,
+            time.monotonic() - started if started is not None else 0.0,
+            message,
         )
-        return output
+
+    def _completed(self, number: int, name: str, output: Any, started: float | None) -> None:
+        self._recorded[number] = queue.RecordedStep(number, name, StepStatus.COMPLETED, output)
+        logger.info(
+            'workflow %s (%s) step %d "%s" completed in %.3fs',
+            self._run.id,
+            self._run.workflow_type,
+            number,
+            name,
+            time.monotonic() - started if started is not None else 0.0,
+        )
 
     def _check_boundary(self) -> None:
         if self._run.lost.is_set():
             raise LeaseLost(f"Workflow {self._run.id} is no longer held by this worker.")
         if self._should_release():
             raise ReleaseRequested()
+        if self._run.deadline is not None and timezone.now() >= self._run.deadline:
+            raise DeadlineExceeded(f"Workflow {self._run.id} is past its deadline {self._run.deadline.isoformat()}.")

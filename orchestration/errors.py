@@ -42,3 +42,15 @@ class InvalidTransition(OrchestrationError):
 
 class LeaseLost(OrchestrationError):
     """This worker no longer holds the workflow; it must write nothing more."""
+
+
+class EventTimeout(PermanentError):
+    """No event arrived before the wait's timeout."""
+
+
+class ChildWorkflowFailed(PermanentError):
+    """A child workflow failed or was cancelled."""
+
+
+class DeadlineExceeded(OrchestrationError):
+    """The workflow is past its deadline; it is cancelled at this step boundary."""

@@ -68,6 +68,14 @@ class Workflow(models.Model):
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
     error_traceback = models.TextField(null=True, blank=True)
+    # What a pending workflow waits for (a timer, an event, its children), for
+    # operators; the wake-up time is ``run_after``.
+    waiting_for = models.CharField(max_length=200, null=True, blank=True)
+    # Past this moment the workflow is cancelled at its next step boundary.
+    deadline = models.DateTimeField(null=True, blank=True)
+    parent = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="children", db_column="parent_id"
+    )
     # Consecutive worker deaths at ``lost_at_step`` (crash-loop quarantine).
     worker_deaths = models.IntegerField(default=0, db_default=0)
     lost_at_step = models.IntegerField(null=True, blank=True)
@@ -108,6 +116,33 @@ class Workflow(models.Model):
     @property
     def is_finished(self) -> bool:
         return self.status in FINISHED_STATUSES
+
+
+class WorkflowEvent(models.Model):
+    """An event sent to a workflow. Kept until a ``ctx.wait_for_event`` step
+    consumes it, so an event sent before the workflow waits is not lost."""
+
+    id = models.BigAutoField(primary_key=True)
+    workflow = models.ForeignKey(Workflow, on_delete=models.CASCADE, related_name="events", db_column="workflow_id")
+    name = models.CharField(max_length=200)
+    payload = models.JSONField(null=True, blank=True)
+    created_at = models.DateTimeField(db_default=Now())
+    # The wait_for_event step that received it; NULL while unconsumed.
+    consumed_by_step = models.IntegerField(null=True, blank=True)
+
+    class Meta:
+        db_table = "workflow_events"
+        ordering = ["workflow", "id"]
+        indexes = [
+            models.Index(
+                fields=["workflow", "name", "id"],
+                name="idx_workflow_events_unconsumed",
+                condition=Q(consumed_by_step__isnull=True),
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"event {self.name} for {self.workflow_id}"
 
 
 class WorkflowStep(models.Model):

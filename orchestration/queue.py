@@ -43,6 +43,8 @@ class ClaimedRun:
     attempts: int
     max_retries: int
     queue: str
+    parent_id: uuid.UUID | None = None
+    deadline: datetime.datetime | None = None
     lost: threading.Event = field(default_factory=threading.Event)
 
 
@@ -79,7 +81,9 @@ def claim(worker_id: str, queues: list[str] | None, limit: int = 1) -> list[Clai
         rows = list(
             candidates.order_by("-priority", "created_at")
             .select_for_update(skip_locked=True)
-            .values("id", "workflow_type", "input_data", "attempts", "max_retries", "queue")[:limit]
+            .values("id", "workflow_type", "input_data", "attempts", "max_retries", "queue", "parent_id", "deadline")[
+                :limit
+            ]
         )
         runs = []
         for row in rows:
@@ -92,6 +96,7 @@ def claim(worker_id: str, queues: list[str] | None, limit: int = 1) -> list[Clai
                 started_at=Coalesce(F("started_at"), Now()),
                 updated_at=Now(),
                 run_after=None,
+                waiting_for=None,
             )
             runs.append(
                 ClaimedRun(
@@ -102,6 +107,8 @@ def claim(worker_id: str, queues: list[str] | None, limit: int = 1) -> list[Clai
                     attempts=row["attempts"] + 1,
                     max_retries=row["max_retries"],
                     queue=row["queue"],
+                    parent_id=row["parent_id"],
+                    deadline=row["deadline"],
                 )
             )
         return runs
@@ -297,3 +304,116 @@ def _reclaim_one(row: dict[str, Any], report: ReclaimReport) -> None:
         message = f"{reason}; no attempts left ({row['attempts']} of {row['max_retries'] + 1})."
         rows.update(status=WorkflowStatus.FAILED, error_message=message, finished_at=Now(), **common)
         report.failed.append(row["id"])
+
+
+# -- waiting: timers, events, children, deadlines ------------------------------
+
+#: ``run_after`` of a workflow that waits with no time limit: only ``send_event``
+#: or a finishing child wakes it (Python's datetime cannot hold 'infinity').
+WAIT_FOREVER = datetime.datetime(9999, 1, 1, tzinfo=datetime.UTC)
+
+
+def record_wait(run: ClaimedRun, number: int, name: str, details: dict[str, Any]) -> None:
+    """Record a waiting step (``pending``, started) with what it waits for, so
+    a replay after a restart waits for the same thing until the same time."""
+    with transaction.atomic(using=conf.DATABASE):
+        _fence(run)
+        fields = dict(step_name=name, status=StepStatus.PENDING, started_at=Now(), output_data=details)
+        if not _steps().filter(workflow_id=run.id, step_number=number).update(**fields):
+            _steps().create(workflow_id=run.id, step_number=number, **fields)
+
+
+def suspend(
+    run: ClaimedRun,
+    until: datetime.datetime | None,
+    waiting_for: str,
+    ready: Any = None,
+) -> None:
+    """Release a waiting workflow to pending until ``until`` (or until woken),
+    without spending its attempt. ``ready()`` is checked after the release, in
+    the same transaction, so a wake-up that raced with it is never lost."""
+    wake_at = until or WAIT_FOREVER
+    if run.deadline is not None:
+        wake_at = min(wake_at, run.deadline)
+    with transaction.atomic(using=conf.DATABASE):
+        _fence(
+            run,
+            status=WorkflowStatus.PENDING,
+            lease_token=None,
+            attempts=F("attempts") - 1,
+            run_after=wake_at,
+            waiting_for=waiting_for[:200],
+        )
+        if ready is not None and ready():
+            _workflows().filter(pk=run.id).update(run_after=None)
+
+
+def take_event(run: ClaimedRun, number: int, name: str) -> tuple[bool, Any]:
+    """Consume the oldest unconsumed event ``name`` and checkpoint it as step
+    ``number`` in one transaction. Returns (found, payload)."""
+    from .models import WorkflowEvent
+
+    with transaction.atomic(using=conf.DATABASE):
+        _fence(run)
+        event = (
+            WorkflowEvent.objects.using(conf.DATABASE)
+            .select_for_update()
+            .filter(workflow_id=run.id, name=name, consumed_by_step__isnull=True)
+            .order_by("id")
+            .values("id", "payload")
+            .first()
+        )
+        if event is None:
+            return False, None
+        WorkflowEvent.objects.using(conf.DATABASE).filter(pk=event["id"]).update(consumed_by_step=number)
+        output = {"event_id": event["id"], "payload": event["payload"]}
+        _fence(run, current_step=number, worker_deaths=0, lost_at_step=None)
+        _steps().filter(workflow_id=run.id, step_number=number).update(
+            status=StepStatus.COMPLETED, output_data=output, completed_at=Now(), error_message=None
+        )
+        return True, event["payload"]
+
+
+def has_unconsumed_event(workflow_id: uuid.UUID, name: str) -> bool:
+    from .models import WorkflowEvent
+
+    return bool(
+        WorkflowEvent.objects.using(conf.DATABASE)
+        .filter(workflow_id=workflow_id, name=name, consumed_by_step__isnull=True)
+        .exists()
+    )
+
+
+def workflow_outcomes(ids: list[uuid.UUID]) -> dict[uuid.UUID, dict[str, Any]]:
+    rows = _workflows().filter(pk__in=ids).values("id", "workflow_type", "status", "output_data", "error_message")
+    return {row["id"]: row for row in rows}
+
+
+def all_finished(ids: list[uuid.UUID]) -> bool:
+    from .models import FINISHED_STATUSES
+
+    return not _workflows().filter(pk__in=ids).exclude(status__in=FINISHED_STATUSES).exists()
+
+
+def wake_parent(parent_id: uuid.UUID) -> None:
+    """A child finished: let its parent, if it waits for children, re-check now."""
+    woken = (
+        _workflows()
+        .filter(pk=parent_id, status=WorkflowStatus.PENDING, waiting_for__startswith="children:")
+        .update(run_after=None)
+    )
+    if woken:
+        from .sql import notify_new_work
+
+        queue_name = _workflows().filter(pk=parent_id).values_list("queue", flat=True).first()
+        notify_new_work(conf.DATABASE, queue_name or "default")
+
+
+def cancel_past_deadline(run: ClaimedRun) -> None:
+    assert run.deadline is not None
+    message = f"Deadline exceeded: the workflow had to finish by {run.deadline.isoformat()}; cancelled."
+    with transaction.atomic(using=conf.DATABASE):
+        _fence(run, status=WorkflowStatus.CANCELLED, finished_at=Now(), lease_token=None, error_message=message)
+        _steps().filter(workflow_id=run.id, status=StepStatus.RUNNING).update(
+            status=StepStatus.FAILED, error_message=message, completed_at=Now()
+        )

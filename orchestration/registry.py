@@ -33,6 +33,10 @@ class WorkflowDefinition:
     max_retries: int | None = None
     queue: str = "default"
     priority: int = 0
+    #: Default time limit of a run, from its start; past it the run is cancelled.
+    timeout: datetime.timedelta | None = None
+    #: Cron expression: one run is started per tick (see ``orchestration.schedules``).
+    schedule: str | None = None
 
     def __call__(self, ctx: WorkflowContext, data: Any) -> Any:
         return self.function(ctx, data)
@@ -46,6 +50,7 @@ class WorkflowDefinition:
         queue: str | None = None,
         priority: int | None = None,
         max_retries: int | None = None,
+        timeout: float | datetime.timedelta | None = None,
     ) -> Workflow:
         """Start a run of this workflow; see ``orchestration.start_workflow``."""
         from .api import start_workflow
@@ -58,6 +63,7 @@ class WorkflowDefinition:
             queue=queue,
             priority=priority,
             max_retries=max_retries,
+            timeout=timeout,
         )
 
 
@@ -65,7 +71,14 @@ class WorkflowDefinition:
 def workflow(name: WorkflowFunction, /) -> WorkflowDefinition: ...
 @overload
 def workflow(
-    name: str | None = None, /, *, max_retries: int | None = None, queue: str = "default", priority: int = 0
+    name: str | None = None,
+    /,
+    *,
+    max_retries: int | None = None,
+    queue: str = "default",
+    priority: int = 0,
+    timeout: float | datetime.timedelta | None = None,
+    schedule: str | None = None,
 ) -> Callable[[WorkflowFunction], WorkflowDefinition]: ...
 
 
@@ -76,16 +89,31 @@ def workflow(
     max_retries: int | None = None,
     queue: str = "default",
     priority: int = 0,
+    timeout: float | datetime.timedelta | None = None,
+    schedule: str | None = None,
 ) -> WorkflowDefinition | Callable[[WorkflowFunction], WorkflowDefinition]:
     """Register a function ``fn(ctx, data)`` as a workflow type.
 
     ``@workflow("order_fulfilment", max_retries=3)``; the name defaults to the
-    function's name, so a bare ``@workflow`` works too.
+    function's name, so a bare ``@workflow`` works too. ``timeout`` (seconds or
+    a timedelta) cancels a run still going that long after it was started;
+    ``schedule`` (a cron expression, optionally with a sixth field for seconds)
+    starts one run per tick.
     """
     if callable(name):
         return workflow()(name)
     if max_retries is not None and (not isinstance(max_retries, int) or max_retries < 0):
         raise ImproperlyConfigured(f"@workflow max_retries must be an integer >= 0, not {max_retries!r}")
+    from .validation import InvalidWorkflowInput, validate_timeout
+
+    try:
+        limit = validate_timeout(timeout)
+    except InvalidWorkflowInput as exc:
+        raise ImproperlyConfigured(f"@workflow {exc}") from None
+    if schedule is not None:
+        from .schedules import validate_schedule
+
+        validate_schedule(schedule)
 
     def register(function: WorkflowFunction) -> WorkflowDefinition:
         definition = WorkflowDefinition(
@@ -94,6 +122,8 @@ def workflow(
             max_retries=max_retries,
             queue=queue,
             priority=priority,
+            timeout=limit,
+            schedule=schedule,
         )
         _register(definition)
         return definition

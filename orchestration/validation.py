@@ -93,3 +93,19 @@ def validate_step_name(name: Any) -> None:
         raise InvalidWorkflowInput(f"A step name must be a non-empty string, not {name!r}.")
     if len(name) > STEP_NAME_MAX_LENGTH:
         raise InvalidWorkflowInput(f"Step name {name[:40]!r}... is longer than {STEP_NAME_MAX_LENGTH} characters.")
+
+
+def to_timedelta(value: Any, what: str, *, allow_zero: bool = False) -> datetime.timedelta:
+    """Seconds (int or float) or a timedelta, as a timedelta; rejects negatives (and zero unless allowed)."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        value = datetime.timedelta(seconds=value)
+    zero = datetime.timedelta(0)
+    if not isinstance(value, datetime.timedelta) or value < zero or (value == zero and not allow_zero):
+        bound = ">= 0" if allow_zero else "> 0"
+        raise InvalidWorkflowInput(f"{what} must be a number of seconds or a timedelta {bound}, not {value!r}.")
+    return value
+
+
+def validate_timeout(timeout: Any) -> datetime.timedelta | None:
+    """A run's time limit as a timedelta, or None."""
+    return None if timeout is None else to_timedelta(timeout, "timeout")

@@ -23,11 +23,13 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from django.db import DatabaseError, InterfaceError, OperationalError, connections
+from django.utils import timezone
 
 from . import queue
 from .conf import conf
-from .context import ReleaseRequested, WorkflowContext
+from .context import ReleaseRequested, Suspend, WorkflowContext
 from .errors import (
+    DeadlineExceeded,
     InvalidWorkflowInput,
     LeaseLost,
     NonDeterministicWorkflow,
@@ -36,6 +38,7 @@ from .errors import (
     WorkflowCancelled,
 )
 from .registry import get_workflow
+from .schedules import scheduled_workflows, start_due_runs
 from .sql import listen_statement
 from .validation import to_json_value
 
@@ -115,6 +118,8 @@ class Worker:
         services.append(threading.Thread(target=self._reclaim_loop, name="orchestration-reclaim", daemon=True))
         if self.listen:
             services.append(threading.Thread(target=self._listen_loop, name="orchestration-listen", daemon=True))
+        if not self.burst and conf.SCHEDULER and scheduled_workflows():
+            services.append(threading.Thread(target=self._schedule_loop, name="orchestration-schedule", daemon=True))
         for service in services:
             service.start()
         threads = [
@@ -270,8 +275,11 @@ class Worker:
                     held = list(self._held.values())
                 try:
                     for run in queue.heartbeat(held):
-                        logger.warning("workflow %s: lease lost (reclaimed or cancelled); stopping it", run.id)
-                        run.lost.set()
+                        with self._held_lock:
+                            still_running = run.lease_token in self._held
+                        if still_running:  # not merely finished since the snapshot
+                            logger.warning("workflow %s: lease lost (reclaimed or cancelled); stopping it", run.id)
+                            run.lost.set()
                 except CONNECTION_ERRORS as exc:
                     logger.warning("worker %s: heartbeat failed (%s)", self.worker_id, exc)
                     _reset_connection()
@@ -288,6 +296,23 @@ class Worker:
                     logger.warning("worker %s: stuck sweep failed (%s)", self.worker_id, exc)
                     _reset_connection()
                 if self._service_stop.wait(interval):
+                    return
+        finally:
+            connections.close_all()
+
+    def _schedule_loop(self) -> None:
+        """Start the run of each schedule's tick; the idempotency key makes it one run per tick."""
+        started_ticks: dict[str, Any] = {}
+        try:
+            while True:
+                try:
+                    start_due_runs(started_ticks)
+                except CONNECTION_ERRORS as exc:
+                    logger.warning("worker %s: schedule check failed (%s)", self.worker_id, exc)
+                    _reset_connection()
+                except Exception:
+                    logger.exception("worker %s: schedule check failed", self.worker_id)
+                if self._service_stop.wait(min(1.0, self.poll_interval)):
                     return
         finally:
             connections.close_all()
@@ -333,6 +358,8 @@ def execute(
     started = time.monotonic()
     ctx: WorkflowContext | None = None
     try:
+        if run.deadline is not None and timezone.now() >= run.deadline:
+            raise DeadlineExceeded()
         definition = get_workflow(run.workflow_type)
         recorded = write(lambda: queue.recorded_steps(run))
         ctx = WorkflowContext(run, recorded, should_release=should_release, durable=write)
@@ -343,14 +370,22 @@ def execute(
         logger.warning("workflow %s (%s) stopped: %s", run.id, run.workflow_type, exc)
         return "abandoned"
     except ReleaseRequested:
-        try:
-            write(lambda: queue.release(run))
-        except (LeaseLost, WorkflowCancelled):
-            return "abandoned"
-        logger.info("workflow %s (%s) released to pending for shutdown", run.id, run.workflow_type)
-        return "released"
+        return _settle(run, write, lambda: queue.release(run), "released", "released to pending for shutdown")
+    except Suspend as wait:
+        until, waiting_for, ready = wait.until, wait.waiting_for, wait.ready
+        return _settle(
+            run, write, lambda: queue.suspend(run, until, waiting_for, ready), "waiting", f"waiting for {waiting_for}"
+        )
+    except DeadlineExceeded:
+        outcome = _settle(run, write, lambda: queue.cancel_past_deadline(run), "cancelled", "cancelled: deadline")
+        _wake_parent(run, write)
+        return outcome
     except (Exception, SystemExit) as exc:
-        return _record_failure(run, ctx, exc, write, time.monotonic() - started)
+        outcome = _record_failure(run, ctx, exc, write, time.monotonic() - started)
+        if outcome == "failed":
+            _wake_parent(run, write)
+        return outcome
+    _wake_parent(run, write)
     logger.info(
         "workflow %s (%s) completed in %.3fs (attempt %d)",
         run.id,
@@ -359,6 +394,31 @@ def execute(
         run.attempts,
     )
     return "completed"
+
+
+def _settle(
+    run: queue.ClaimedRun,
+    write: Callable[[Callable[[], Any]], Any],
+    transition: Callable[[], Any],
+    outcome: str,
+    description: str,
+) -> str:
+    """Write a non-failure outcome (release, wait, deadline) if the lease still holds."""
+    try:
+        write(transition)
+    except (LeaseLost, WorkflowCancelled):
+        return "abandoned"
+    logger.info("workflow %s (%s) %s", run.id, run.workflow_type, description)
+    return outcome
+
+
+def _wake_parent(run: queue.ClaimedRun, write: Callable[[Callable[[], Any]], Any]) -> None:
+    if run.parent_id is not None:
+        parent_id = run.parent_id
+        try:
+            write(lambda: queue.wake_parent(parent_id))
+        except (LeaseLost, DatabaseError):
+            logger.warning("workflow %s: could not wake parent %s; it re-checks on its own", run.id, parent_id)
 
 
 def _record_failure(

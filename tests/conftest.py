@@ -3,6 +3,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,12 +18,14 @@ from orchestration.worker import execute
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def drain(max_runs: int = 100) -> list[str]:
+def drain(max_runs: int = 100, *, hurry_retries: bool = True) -> list[str]:
     """Claim and run workflows in this thread (inside the test's transaction)
-    until none is due, making retries due at once. Returns the outcomes."""
+    until none is due, making retries due at once (not timers or waits).
+    Returns the outcomes."""
     outcomes = []
     for _ in range(max_runs):
-        Workflow.objects.filter(status=WorkflowStatus.PENDING).update(run_after=None)
+        if hurry_retries:
+            Workflow.objects.filter(status=WorkflowStatus.PENDING, waiting_for__isnull=True).update(run_after=None)
         runs = queue.claim("test-worker", None)
         if not runs:
             return outcomes
@@ -41,17 +44,31 @@ def runworkers_command(*args: str) -> list[str]:
     return [sys.executable, str(ROOT / "manage.py"), "runworkers", *args]
 
 
-def start_workers(*args: str, env: dict[str, str] | None = None, **popen: Any) -> subprocess.Popen[str]:
+class WorkerProcess(subprocess.Popen):  # type: ignore[type-arg]
+    """A ``runworkers`` process logging to a file: a pipe nobody reads would
+    block a busy worker once the pipe's buffer is full."""
+
+    log_path: Path
+
+    def communicate(self, input: Any = None, timeout: float | None = None) -> tuple[str, None]:
+        self.wait(timeout=timeout)
+        return self.log_path.read_text(errors="replace"), None
+
+
+def start_workers(*args: str, env: dict[str, str] | None = None, **popen: Any) -> WorkerProcess:
     """A real ``runworkers`` process on the test database."""
-    return subprocess.Popen(
+    log = tempfile.NamedTemporaryFile(prefix="runworkers-", suffix=".log", delete=False)  # noqa: SIM115
+    process = WorkerProcess(
         runworkers_command(*args),
         cwd=ROOT,
         env=env or worker_env(),
-        stdout=subprocess.PIPE,
+        stdout=log,
         stderr=subprocess.STDOUT,
-        text=True,
         **popen,
     )
+    log.close()
+    process.log_path = Path(log.name)
+    return process
 
 
 def run_burst(*args: str, timeout: float = 120, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -66,11 +83,15 @@ def run_burst(*args: str, timeout: float = 120, env: dict[str, str] | None = Non
 
 
 @pytest.fixture
-def workers() -> Iterator[list[subprocess.Popen[str]]]:
+def workers() -> Iterator[list[WorkerProcess]]:
     """Collects started worker processes and kills any still running at the end."""
-    started: list[subprocess.Popen[str]] = []
+    started: list[WorkerProcess] = []
     yield started
     for process in started:
         if process.poll() is None:
             process.kill()
         process.wait(timeout=10)
+        if os.environ.get("KEEP_WORKER_LOGS"):
+            print(f"worker log kept: {process.log_path}")
+        else:
+            process.log_path.unlink(missing_ok=True)

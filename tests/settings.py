@@ -26,6 +26,8 @@ ORCHESTRATION = {
     "STUCK_AFTER": _setting("STUCK_AFTER", 30),
     "SHUTDOWN_GRACE": _setting("SHUTDOWN_GRACE", 10),
     "MAX_WORKER_DEATHS": int(_setting("MAX_WORKER_DEATHS", 3)),
+    # The test app has an every-2-seconds schedule: only the schedule tests turn it on.
+    "SCHEDULER": bool(_setting("SCHEDULER", 0)),
 }
 if importlib.util.find_spec("django.tasks") is not None:  # Django >= 6.0
     TASKS = {

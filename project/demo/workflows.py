@@ -90,3 +90,25 @@ def send_payout(supplier: str, amount_cents: int, bank_down_until: str | None) -
 def supplier_payout(ctx: Any, data: dict[str, Any]) -> dict[str, Any]:
     invoice = ctx.step("validate invoice", validate_invoice, data["invoice"])
     return ctx.step("send payout", send_payout, data["supplier"], invoice["total_cents"], data.get("bank_down_until"))
+
+
+# -- expense_approval: waits for a manager's decision (an event) -------------
+
+
+def file_expense(employee: str, amount_cents: int) -> dict[str, Any]:
+    return {"expense_id": f"exp-{abs(hash((employee, amount_cents))) % 10**6:06d}", "amount_cents": amount_cents}
+
+
+def reimburse(expense: dict[str, Any], decision: dict[str, Any]) -> dict[str, Any]:
+    if not decision.get("approved"):
+        return {"reimbursed": False, "reason": decision.get("comment", "rejected")}
+    return {"reimbursed": True, "expense_id": expense["expense_id"], "approved_by": decision.get("by")}
+
+
+@workflow("expense_approval", max_retries=3, timeout=7 * 24 * 3600)
+def expense_approval(ctx: Any, data: dict[str, Any]) -> dict[str, Any]:
+    expense = ctx.step("file expense", file_expense, data["employee"], data["amount_cents"])
+    # Holds no worker while it waits: send_event(workflow_id, "manager approval", {...})
+    # from a view, the shell, or the admin's "Send event" form wakes it.
+    decision = ctx.wait_for_event("manager approval", timeout=3 * 24 * 3600)
+    return ctx.step("reimburse", reimburse, expense, decision)

@@ -15,3 +15,13 @@ class StepRun(models.Model):
 
     def __str__(self) -> str:
         return f"{self.workflow_id} step {self.step_number} ({self.label})"
+
+
+class LedgerEntry(models.Model):
+    """A database-only side effect, for exactly-once atomic steps."""
+
+    workflow_id = models.UUIDField()
+    amount = models.IntegerField()
+
+    def __str__(self) -> str:
+        return f"{self.workflow_id}: {self.amount}"

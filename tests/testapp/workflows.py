@@ -8,7 +8,7 @@ from typing import Any
 
 from orchestration import PermanentError, workflow
 
-from .models import StepRun
+from .models import LedgerEntry, StepRun
 
 
 def record(ctx: Any, step_number: int, label: str, result: Any = None, sleep: float = 0) -> Any:
@@ -101,3 +101,61 @@ def kill_own_process() -> None:
 def crashes_worker(ctx: Any, data: Any) -> Any:
     ctx.step("fine", record, ctx, 1, "fine")
     return ctx.step("kill the process", kill_own_process)
+
+
+# -- waiting primitives --------------------------------------------------------
+
+
+@workflow("sleeper")
+def sleeper(ctx: Any, data: dict[str, float]) -> Any:
+    ctx.step("before", record, ctx, 1, "before")
+    ctx.sleep("nap", data["seconds"])
+    ctx.step("after", record, ctx, 3, "after")
+    return {"slept": data["seconds"]}
+
+
+@workflow("awaits_approval", max_retries=0)
+def awaits_approval(ctx: Any, data: Any) -> Any:
+    decision = ctx.wait_for_event("approval", timeout=(data or {}).get("timeout"))
+    return ctx.step("apply decision", lambda: {"decision": decision})
+
+
+@workflow("square")
+def square(ctx: Any, data: dict[str, int]) -> Any:
+    return ctx.step("square", lambda: data["n"] * data["n"])
+
+
+@workflow("fan_out", max_retries=0)
+def fan_out(ctx: Any, data: dict[str, Any]) -> Any:
+    children = [ctx.start_child(data.get("child", "square"), {"n": n}) for n in range(data["children"])]
+    return ctx.wait_for(children)
+
+
+def book_entry(ctx: Any, amount: int, marker: str | None) -> dict[str, int]:
+    from pathlib import Path
+
+    LedgerEntry.objects.create(workflow_id=ctx.workflow_id, amount=amount)
+    if marker and ctx.attempt == 1:
+        Path(marker).write_text(str(os.getpid()))  # "my write is done, kill me now"
+        time.sleep(30)
+    return {"booked": amount}
+
+
+@workflow("books_once", max_retries=3)
+def books_once(ctx: Any, data: dict[str, Any]) -> Any:
+    return ctx.atomic_step("book", book_entry, ctx, data["amount"], data.get("marker"))
+
+
+def book_then_fail(ctx: Any) -> None:
+    LedgerEntry.objects.create(workflow_id=ctx.workflow_id, amount=1)
+    raise ValueError("failed after writing")
+
+
+@workflow("atomic_fails", max_retries=0)
+def atomic_fails(ctx: Any, data: Any) -> Any:
+    return ctx.atomic_step("book then fail", book_then_fail, ctx)
+
+
+@workflow("scheduled_tick", schedule="* * * * * */2")
+def scheduled_tick(ctx: Any, data: Any) -> Any:
+    return ctx.step("tick", lambda: data)

@@ -15,7 +15,7 @@ from django.core.management.base import BaseCommand, CommandParser
 from django.db.models import Min
 from django.utils import timezone
 
-from orchestration import start_workflow
+from orchestration import send_event, start_workflow
 from orchestration.models import Workflow, WorkflowStatus
 
 
@@ -64,7 +64,19 @@ class Command(BaseCommand):
                 "supplier_payout", {"supplier": "Acme Paper", "invoice": invoice, "bank_down_until": bank_down_until}
             )
         )
+        started.append(
+            start_workflow(
+                "expense_approval", {"employee": "Ada", "amount_cents": 4200}, idempotency_key=f"demo-{run_id}-expense"
+            )
+        )
         return started
+
+    def _approve_waiting_expenses(self, ids: list[Any]) -> None:
+        """Play the manager: answer expense workflows that wait for approval."""
+        waiting = Workflow.objects.filter(pk__in=ids, waiting_for="event: manager approval")
+        for workflow in waiting:
+            send_event(workflow.pk, "manager approval", {"approved": True, "by": "grace@example.com"})
+            self.stdout.write(f"Sent event 'manager approval' to waiting workflow {str(workflow.pk)[:8]}\n")
 
     def _run_workers(self, started: list[Workflow], timeout: float) -> None:
         """Run burst workers until every demo workflow is finished; a retry due
@@ -77,12 +89,13 @@ class Command(BaseCommand):
         command = [sys.executable, "manage.py", "runworkers", "--burst", "--concurrency", "4"]
         while time.monotonic() < deadline:
             subprocess.run(command, env=env, check=True, cwd=settings.BASE_DIR)
+            self._approve_waiting_expenses(ids)
             unfinished = Workflow.objects.filter(
                 pk__in=ids, status__in=[WorkflowStatus.PENDING, WorkflowStatus.RUNNING]
             )
             if not unfinished.exists():
                 return
-            next_due = unfinished.aggregate(due=Min("run_after"))["due"]
+            next_due = unfinished.filter(waiting_for__isnull=True).aggregate(due=Min("run_after"))["due"]
             wait = (next_due - timezone.now()).total_seconds() if next_due else 0.1
             time.sleep(min(max(wait, 0.05), 5.0))
         self.stderr.write("Timed out waiting for the demo workflows to finish.")

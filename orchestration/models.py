@@ -96,6 +96,8 @@ class Workflow(models.Model):
             # The stuck-workflow sweep reads only running rows.
             models.Index(fields=["updated_at"], name="idx_workflows_running", condition=Q(status="running")),
             models.Index(fields=["workflow_type", "created_at"], name="idx_workflows_type_created"),
+            # The admin lists newest first; without it an unfiltered page sorts the whole table.
+            models.Index(fields=["created_at"], name="idx_workflows_created"),
         ]
         constraints = [
             models.UniqueConstraint(

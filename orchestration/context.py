@@ -109,19 +109,16 @@ class WorkflowContext:
         The body runs at least once (again, if the worker died before the
         checkpoint was written); the checkpoint is written exactly once.
         """
-        number, recorded = self._next(name)
-        if recorded is not None and recorded.status == StepStatus.COMPLETED:
-            return recorded.output
-        self._check_boundary()
-        run = self._run
-        self._durable(lambda: queue.start_step(run, number, name))
+        number, done, output = self._begin(name)
+        if done:
+            return output
         started = time.monotonic()
         try:
             output = to_json_value(fn(*args, **kwargs), f"The result of step {number} {name!r}")
         except Exception as exc:
             self._record_step_failure(number, name, exc, started)
             raise
-        self._durable(lambda: queue.complete_step(run, number, output))
+        self._durable(lambda: queue.complete_step(self._run, number, output))
         self._completed(number, name, output, started)
         return output
 
@@ -130,12 +127,10 @@ class WorkflowContext:
         orchestration database and the checkpoint is written in that same
         transaction: a step that only touches that database takes effect exactly
         once, however the worker dies."""
-        number, recorded = self._next(name)
-        if recorded is not None and recorded.status == StepStatus.COMPLETED:
-            return recorded.output
-        self._check_boundary()
+        number, done, output = self._begin(name)
+        if done:
+            return output
         run = self._run
-        self._durable(lambda: queue.start_step(run, number, name))
         started = time.monotonic()
         try:
             with transaction.atomic(using=conf.DATABASE):
@@ -198,12 +193,10 @@ class WorkflowContext:
         from .api import start_workflow
 
         name = f"start child {workflow_type}"[:200]
-        number, recorded = self._next(name)
-        if recorded is not None and recorded.status == StepStatus.COMPLETED:
-            return ChildHandle(uuid.UUID(recorded.output["workflow_id"]), workflow_type)
-        self._check_boundary()
+        number, done, recorded_output = self._begin(name)
+        if done:
+            return ChildHandle(uuid.UUID(recorded_output["workflow_id"]), workflow_type)
         run = self._run
-        self._durable(lambda: queue.start_step(run, number, name))
 
         def start_and_checkpoint() -> dict[str, str]:
             with transaction.atomic(using=conf.DATABASE):
@@ -244,6 +237,17 @@ class WorkflowContext:
         raise Suspend(None, f"children: {finished} of {len(ids)} finished", ready=lambda: queue.all_finished(ids))
 
     # -- helpers ------------------------------------------------------------
+
+    def _begin(self, name: str) -> tuple[int, bool, Any]:
+        """Number the next step: ``(number, True, stored output)`` when it is
+        recorded as completed, else record it running: ``(number, False, None)``."""
+        number, recorded = self._next(name)
+        if recorded is not None and recorded.status == StepStatus.COMPLETED:
+            return number, True, recorded.output
+        self._check_boundary()
+        run = self._run
+        self._durable(lambda: queue.start_step(run, number, name))
+        return number, False, None
 
     def _next(self, name: str) -> tuple[int, queue.RecordedStep | None]:
         """Number the next step and check it against the recorded history."""

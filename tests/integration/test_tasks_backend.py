@@ -16,7 +16,7 @@ from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist, TaskRes
 from django.tasks.signals import task_enqueued, task_finished, task_started
 from django.utils import timezone
 
-from orchestration import cancel_workflow, start_workflow
+from orchestration import cancel_workflow, retry_workflow, start_workflow
 from orchestration.models import Workflow, WorkflowStep
 from orchestration.tasks import TASK_WORKFLOW_TYPE, WorkflowBackend
 from orchestration.validation import NotJSONSerializable
@@ -126,6 +126,16 @@ def test_permanent_errors__fail_without_retries(task, args, exception_class_path
     failed = default_task_backend.get_result(result.id)
     assert (failed.status, failed.attempts) == (TaskResultStatus.FAILED, 1)
     assert [error.exception_class_path for error in failed.errors] == [exception_class_path]
+
+
+def test_operator_retry__sends_a_failed_task_back_to_ready_with_fresh_attempts():
+    result = tasks.decline.using(backend="no_retries").enqueue("no")
+    assert drain() == ["failed"]
+    retry_workflow(result.id)  # what the admin's retry action calls
+    ready = default_task_backend.get_result(result.id)
+    assert (ready.status, ready.attempts, ready.errors) == (TaskResultStatus.READY, 0, [])
+    assert drain() == ["failed"]
+    assert default_task_backend.get_result(result.id).attempts == 1
 
 
 def test_cancelled_task__is_failed_with_workflow_cancelled():

@@ -30,15 +30,11 @@ async def async_add(a: int, b: int) -> int:
 
 
 @task(takes_context=True)
-def remember(context: TaskContext, label: str, *, sleep: float = 0) -> dict[str, Any]:
+def remember(context: TaskContext, label: str) -> dict[str, Any]:
     """Records each run (committed at once), so tests can see the order of runs."""
     StepRun.objects.create(
         workflow_id=context.task_result.id, step_number=context.attempt, label=label, pid=os.getpid()
     )
-    if sleep:
-        import time
-
-        time.sleep(sleep)
     return {
         "label": label,
         "id": context.task_result.id,

@@ -8,7 +8,11 @@ paginator estimates instead of counting past a bound.
 Actions call the same functions as the Python API (``orchestration.api``), are
 guarded by the model permissions ``retry_workflow`` / ``cancel_workflow``, and
 are written to Django's admin log. Pages other than the list and the workflow
-page (overview, step repairs) live in ``admin_views``.
+page (overview, step repairs, sending an event) live in ``admin_views``.
+
+A pending workflow shows why it is pending: waiting (for a timer, an event or
+its children, until ``run_after``), retrying after a failure, scheduled for
+later, or due now.
 """
 
 from __future__ import annotations
@@ -21,10 +25,11 @@ from typing import Any
 
 from django.contrib import admin, messages
 from django.contrib.admin.models import CHANGE, LogEntry
+from django.contrib.admin.options import IncorrectLookupParameters
 from django.contrib.admin.utils import flatten_fieldsets
 from django.contrib.admin.views.main import ChangeList
 from django.db.models import Count, IntegerField, OuterRef, Q, QuerySet, Subquery
-from django.db.models.functions import Coalesce
+from django.db.models.functions import Coalesce, Now
 from django.http import HttpRequest, HttpResponse
 from django.template.loader import render_to_string
 from django.urls import URLPattern, path, reverse
@@ -37,6 +42,7 @@ from .conf import conf
 from .errors import InvalidTransition
 from .models import FINISHED_STATUSES, StepStatus, Workflow, WorkflowStatus, WorkflowStep
 from .pagination import EstimatedCountPaginator
+from .queue import WAIT_FOREVER
 from .registry import registered_workflows
 
 #: Longest JSON text shown on a page; the rest is cut, with a note.
@@ -47,6 +53,55 @@ MAX_STEPS_SHOWN = 300
 
 def status_badge(status: str, title: str | None = None) -> SafeString:
     return format_html('<span class="orch-badge orch-{}" title="{}">{}</span>', status, title or "", status)
+
+
+def pending_reason(workflow: Workflow, now: datetime.datetime) -> str:
+    """Why a pending workflow is pending, as ``PendingFilter`` tells them apart:
+    ``waiting``, ``retrying``, ``scheduled`` or ``due``."""
+    if workflow.run_after is None or workflow.run_after <= now:
+        return "due"
+    if workflow.waiting_for:
+        return "waiting"
+    return "retrying" if workflow.error_message else "scheduled"
+
+
+def waiting_what(waiting_for: str) -> str:
+    """``waiting_for`` without a timer's "until ...", which ``run_after`` says (capped by the deadline)."""
+    return waiting_for.rsplit(" until ", 1)[0] if waiting_for.startswith("timer: ") else waiting_for
+
+
+def waiting_until(run_after: datetime.datetime | None) -> SafeString | str:
+    if run_after is None:
+        return "woken: due now"
+    if run_after >= WAIT_FOREVER:
+        return "until woken"
+    return format_html("until {}", timestamp(run_after))
+
+
+def pending_label(workflow: Workflow) -> SafeString:
+    """The status of a pending workflow with why it is pending, and until when."""
+    reason = pending_reason(workflow, timezone.now())
+    line = '<span class="orch-why">{}</span>'
+    if reason == "waiting":
+        assert workflow.waiting_for is not None
+        return format_html(
+            "{}" + line + line,
+            status_badge("waiting", f"pending: waiting for {workflow.waiting_for}"),
+            waiting_what(workflow.waiting_for),
+            waiting_until(workflow.run_after),
+        )
+    if reason in ("retrying", "scheduled"):
+        return format_html(
+            "{}" + line + line,
+            status_badge(workflow.status, workflow.error_message),
+            reason,
+            format_html("at {}", timestamp(workflow.run_after)),
+        )
+    if workflow.waiting_for:  # woken, and not claimed yet
+        return format_html(
+            "{}" + line, status_badge(workflow.status, workflow.error_message), f"woken: {workflow.waiting_for}"
+        )
+    return status_badge(workflow.status, workflow.error_message)
 
 
 def pretty_json(value: Any, limit: int = JSON_DISPLAY_LIMIT) -> SafeString:
@@ -127,6 +182,59 @@ class QueueFilter(admin.SimpleListFilter):
         return queryset.filter(queue=self.value()) if self.value() else queryset
 
 
+class PendingFilter(admin.SimpleListFilter):
+    """Pending workflows by why they are pending; the overview's queue depth splits them alike."""
+
+    title = "pending, by why"
+    parameter_name = "pending"
+    WAIT_KINDS = tuple(kind for kind, _ in admin_views.WAIT_KINDS)
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [
+            ("due", "due now"),
+            ("waiting", "waiting"),
+            *((kind, f"waiting for {label}") for kind, label in admin_views.WAIT_KINDS),
+            ("retrying", "retrying after a failure"),
+            ("scheduled", "scheduled for later"),
+        ]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Workflow]) -> QuerySet[Workflow]:
+        reason = self.value()
+        pending = Q(status=WorkflowStatus.PENDING)
+        later = pending & Q(run_after__gt=Now())
+        if reason == "due":
+            return queryset.filter(pending & (Q(run_after__isnull=True) | Q(run_after__lte=Now())))
+        if reason == "waiting":
+            return queryset.filter(later & Q(waiting_for__isnull=False))
+        if reason in self.WAIT_KINDS:
+            return queryset.filter(later & Q(waiting_for__startswith=f"{reason}:"))
+        if reason == "retrying":
+            return queryset.filter(later & Q(waiting_for__isnull=True, error_message__isnull=False))
+        if reason == "scheduled":
+            return queryset.filter(later & Q(waiting_for__isnull=True, error_message__isnull=True))
+        return queryset
+
+
+class ParentFilter(admin.SimpleListFilter):
+    """The children of one workflow (``?parent=<id>``, linked from its page); offered only when in use."""
+
+    title = "parent"
+    parameter_name = "parent"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        value = self.value()
+        return [(str(value), f"children of {str(value)[:8]}")] if value else []
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Workflow]) -> QuerySet[Workflow]:
+        if not self.value():
+            return queryset
+        try:
+            parent_id = uuid.UUID(str(self.value()))
+        except ValueError as exc:
+            raise IncorrectLookupParameters(exc) from None
+        return queryset.filter(parent_id=parent_id)
+
+
 def _step_count(**conditions: Any) -> Coalesce:
     counted = (
         WorkflowStep.objects.filter(workflow=OuterRef("pk"), **conditions)
@@ -136,6 +244,16 @@ def _step_count(**conditions: Any) -> Coalesce:
         .values("n")
     )
     return Coalesce(Subquery(counted, output_field=IntegerField()), 0)
+
+
+def _children_by_status(workflow: Workflow) -> dict[str, int]:
+    """How many child workflows ``workflow`` has in each status (read once per page, through the parent index)."""
+    cached: dict[str, int] | None = getattr(workflow, "_children_by_status", None)
+    if cached is None:
+        rows = Workflow.objects.filter(parent=workflow).order_by().values_list("status").annotate(n=Count("pk"))
+        cached = {status: n for status, n in rows}
+        workflow._children_by_status = cached  # type: ignore[attr-defined]
+    return cached
 
 
 class WorkflowChangeList(ChangeList):
@@ -205,6 +323,8 @@ class WorkflowStepInline(admin.TabularInline):
 
     @admin.display(description="status")
     def step_status(self, step: WorkflowStep) -> SafeString:
+        if self._is_waiting(step):
+            return status_badge("waiting", "pending: the workflow waits here")
         return status_badge(step.status)
 
     @admin.display(description="duration")
@@ -217,7 +337,20 @@ class WorkflowStepInline(admin.TabularInline):
 
     @admin.display(description="output")
     def output(self, step: WorkflowStep) -> SafeString | str:
-        return pretty_json(step.output_data, limit=2_000) if step.status == StepStatus.COMPLETED else "—"
+        # A waiting step's output holds what it waits for, until when.
+        shown = step.status == StepStatus.COMPLETED or self._is_waiting(step)
+        return pretty_json(step.output_data, limit=2_000) if shown else "—"
+
+    def _is_waiting(self, step: WorkflowStep) -> bool:
+        """A wait (timer, event, children) records its step pending, with its details as output."""
+        workflow = self.workflow
+        return (
+            step.status == StepStatus.PENDING
+            and step.output_data is not None
+            and workflow is not None
+            and workflow.status == WorkflowStatus.PENDING
+            and step.step_number == workflow.current_step + 1
+        )
 
     @admin.display(description="repair")
     def repair(self, step: WorkflowStep) -> SafeString | str:
@@ -254,7 +387,14 @@ class WorkflowAdmin(admin.ModelAdmin):
         "duration",
     )
     list_display_links = ("short_id",)
-    list_filter = ("status", WorkflowTypeFilter, QueueFilter, ("created_at", admin.DateFieldListFilter))
+    list_filter = (
+        "status",
+        PendingFilter,
+        WorkflowTypeFilter,
+        QueueFilter,
+        ("created_at", admin.DateFieldListFilter),
+        ParentFilter,
+    )
     # Replaced by get_search_results; declared so the search box shows.
     search_fields = ("=id", "=workflow_type", "=idempotency_key")
     search_help_text = "An id (or its first characters, as in the list), an exact type, or an idempotency key."
@@ -270,6 +410,8 @@ class WorkflowAdmin(admin.ModelAdmin):
                 )
             },
         ),
+        ("Waiting", {"fields": (("waiting_label", "waiting_until_label"),)}),
+        ("Parent and children", {"fields": (("parent_link", "children_label"),)}),
         ("Error", {"fields": ("error_message",)}),
         ("Traceback", {"fields": ("traceback",), "classes": ("collapse",)}),
         ("Timeline", {"fields": ("timeline",)}),
@@ -280,7 +422,7 @@ class WorkflowAdmin(admin.ModelAdmin):
                     ("created", "run_after_at"),
                     ("started", "finished"),
                     ("updated", "heartbeat"),
-                    "duration",
+                    ("duration", "deadline_at"),
                 )
             },
         ),
@@ -288,7 +430,12 @@ class WorkflowAdmin(admin.ModelAdmin):
     )
     readonly_fields = flatten_fieldsets(fieldsets)
     #: Fieldsets shown only when the workflow has something to show in them.
-    optional_fieldsets = {"Error": "error_message", "Traceback": "error_traceback"}
+    optional_fieldsets: dict[str, Callable[[Workflow], Any]] = {
+        "Waiting": lambda workflow: workflow.status == WorkflowStatus.PENDING and workflow.waiting_for,
+        "Parent and children": lambda workflow: workflow.parent_id or _children_by_status(workflow),
+        "Error": lambda workflow: workflow.error_message,
+        "Traceback": lambda workflow: workflow.error_traceback,
+    }
     inlines = [WorkflowStepInline]
     actions = ["retry_workflows", "restart_workflows", "cancel_workflows", "requeue_stuck_workflows"]
     paginator = EstimatedCountPaginator
@@ -317,18 +464,22 @@ class WorkflowAdmin(admin.ModelAdmin):
     def has_cancel_permission(self, request: HttpRequest) -> bool:
         return request.user.has_perm("orchestration.cancel_workflow")
 
+    def has_send_event_permission(self, request: HttpRequest) -> bool:
+        """Sending an event changes what a workflow does next, as a retry does: the same permission guards it."""
+        return request.user.has_perm("orchestration.retry_workflow")
+
     def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> Any:
         fieldsets = super().get_fieldsets(request, obj)
         return [
             (name, options)
             for name, options in fieldsets
-            if name not in self.optional_fieldsets or getattr(obj, self.optional_fieldsets[name], None)
+            if name not in self.optional_fieldsets or (obj is not None and self.optional_fieldsets[name](obj))
         ]
 
     # -- the list
 
     created = _timestamp_column("created_at", "created")
-    run_after_at = _timestamp_column("run_after", "run after")
+    deadline_at = _timestamp_column("deadline", "deadline")
     started = _timestamp_column("started_at", "started")
     finished = _timestamp_column("finished_at", "finished")
     updated = _timestamp_column("updated_at", "updated")
@@ -354,6 +505,8 @@ class WorkflowAdmin(admin.ModelAdmin):
 
     @admin.display(description="status", ordering="status")
     def status_label(self, obj: Workflow) -> SafeString:
+        if obj.status == WorkflowStatus.PENDING:
+            return pending_label(obj)
         return status_badge(obj.status, obj.error_message)
 
     @admin.display(description="progress")
@@ -383,6 +536,55 @@ class WorkflowAdmin(admin.ModelAdmin):
         return charts.format_elapsed(obj.started_at, end, timezone.now(), running=running)
 
     # -- the workflow page
+
+    @admin.display(description="run after")
+    def run_after_at(self, obj: Workflow) -> SafeString | str:
+        if obj.run_after is not None and obj.run_after >= WAIT_FOREVER:
+            return "— (until woken by an event or a child)"
+        return timestamp(obj.run_after)
+
+    @admin.display(description="waits for")
+    def waiting_label(self, obj: Workflow) -> str:
+        return waiting_what(obj.waiting_for) if obj.waiting_for else "—"
+
+    @admin.display(description="until")
+    def waiting_until_label(self, obj: Workflow) -> SafeString | str:
+        return waiting_until(obj.run_after)
+
+    @admin.display(description="parent")
+    def parent_link(self, obj: Workflow) -> SafeString | str:
+        parent = obj.parent
+        if parent is None:
+            return "—"
+        return format_html(
+            '<a href="{}">{} {}</a> {}',
+            admin_views.change_url(parent.pk),
+            parent.workflow_type,
+            str(parent.pk)[:8],
+            status_badge(parent.status),
+        )
+
+    @admin.display(description="children")
+    def children_label(self, obj: Workflow) -> SafeString | str:
+        counts = _children_by_status(obj)
+        if not counts:
+            return "—"
+        links = [
+            format_html(
+                '<a href="{}">{} {}</a>',
+                admin_views.changelist_url(parent=str(obj.pk), status__exact=status),
+                counts[status],
+                status,
+            )
+            for status in WorkflowStatus.values
+            if status in counts
+        ]
+        return format_html(
+            '<a href="{}">{} in all</a>: {}',
+            admin_views.changelist_url(parent=str(obj.pk)),
+            sum(counts.values()),
+            format_html_join(", ", "{}", ((link,) for link in links)),
+        )
 
     @admin.display(description="input")
     def input_json(self, obj: Workflow) -> SafeString:
@@ -418,6 +620,7 @@ class WorkflowAdmin(admin.ModelAdmin):
             path("overview/", wrap(self.overview_view), name="orchestration_workflow_overview"),
             path(f"{steps}/retry/", wrap(self.retry_from_step_view), name="orchestration_workflow_retry_from_step"),
             path(f"{steps}/skip/", wrap(self.skip_step_view), name="orchestration_workflow_skip_step"),
+            path("<path:object_id>/send-event/", wrap(self.send_event_view), name="orchestration_workflow_send_event"),
             *super().get_urls(),
         ]
 
@@ -429,6 +632,21 @@ class WorkflowAdmin(admin.ModelAdmin):
 
     def skip_step_view(self, request: HttpRequest, object_id: str, step_number: int) -> HttpResponse:
         return admin_views.skip_step(self, request, object_id, step_number)
+
+    def send_event_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        return admin_views.send_event(self, request, object_id)
+
+    def render_change_form(
+        self,
+        request: HttpRequest,
+        context: dict[str, Any],
+        add: bool = False,
+        change: bool = False,
+        form_url: str = "",
+        obj: Any = None,
+    ) -> HttpResponse:
+        context.update(admin_views.send_event_context(self, request, obj))
+        return super().render_change_form(request, context, add, change, form_url, obj)
 
     # -- actions
 

@@ -3,7 +3,9 @@
 - the overview: the seed's three reports, queue depth, outcomes per hour as a
   bar chart, and the health of the two tables;
 - the step repairs of a failed or cancelled workflow: retry from step N, and
-  skip a failed step by supplying its output.
+  skip a failed step by supplying its output;
+- sending an event to an unfinished workflow (a human approval, say), from a
+  form on the workflow's page or a page of its own.
 
 Each view checks its model permission, changes state only through
 ``orchestration.api``, and writes what it did to the admin log.
@@ -30,7 +32,8 @@ from django.utils.http import urlencode
 
 from . import api, charts, stats
 from .errors import InvalidTransition, InvalidWorkflowInput
-from .models import StepStatus, Workflow, WorkflowStep
+from .models import FINISHED_STATUSES, StepStatus, Workflow, WorkflowStatus, WorkflowStep
+from .validation import STEP_NAME_MAX_LENGTH
 
 if TYPE_CHECKING:
     from .admin import WorkflowAdmin
@@ -47,12 +50,15 @@ STUCK_ROWS_SHOWN = 20
 #: Dead tuples, in percent of a table, from which the overview flags it.
 DEAD_TUPLES_WARNING_PCT = 20
 
+#: What a workflow can wait for: the prefix of its ``waiting_for``, and words for it.
+WAIT_KINDS = (("timer", "a timer"), ("event", "an event"), ("children", "child workflows"))
 
-def _change_url(workflow_id: Any) -> str:
+
+def change_url(workflow_id: Any) -> str:
     return reverse("admin:orchestration_workflow_change", args=[quote(workflow_id)])
 
 
-def _changelist_url(**filters: str) -> str:
+def changelist_url(**filters: str) -> str:
     url = reverse("admin:orchestration_workflow_changelist")
     return f"{url}?{urlencode(filters)}" if filters else url
 
@@ -87,6 +93,7 @@ def overview(model_admin: WorkflowAdmin, request: HttpRequest) -> HttpResponse:
     stuck, stuck_problem = _bounded(stats.stuck_workflows)
     durations, durations_problem = _bounded(stats.step_durations)
     depth, depth_problem = _bounded(stats.queue_depth)
+    waiting, waiting_problem = _bounded(stats.waiting_counts)
     hourly, hourly_problem = _bounded(stats.hourly_outcomes, 24)
     health, health_problem = _bounded(stats.table_health)
     oldest, oldest_problem = _bounded(stats.oldest_pending)
@@ -96,28 +103,41 @@ def overview(model_admin: WorkflowAdmin, request: HttpRequest) -> HttpResponse:
         "title": "Workflow overview",
         "opts": model_admin.opts,
         "success": [
-            {**row, "url": _changelist_url(workflow_type=row["workflow_type"])}
+            {**row, "url": changelist_url(workflow_type=row["workflow_type"])}
             for row in (success.as_dicts() if success else [])
         ],
         "success_problem": success_problem,
         "stuck": [
             {
                 **row,
-                "url": _change_url(row["id"]),
+                "url": change_url(row["id"]),
                 "age": charts.format_duration((now - row["updated_at"]).total_seconds()),
             }
             for row in (stuck.as_dicts()[:STUCK_ROWS_SHOWN] if stuck else [])
         ],
         "stuck_total": len(stuck.rows) if stuck else 0,
-        "stuck_list_url": _changelist_url(status__exact="running", o=_column_index(model_admin, request, "heartbeat")),
+        "stuck_list_url": changelist_url(status__exact="running", o=_column_index(model_admin, request, "heartbeat")),
         "stuck_problem": stuck_problem,
         "durations": durations.as_dicts() if durations else [],
         "durations_problem": durations_problem,
         "depth": [
-            {**row, "url": _changelist_url(queue=row["queue"], status__exact="pending")}
+            {
+                **row,
+                "url": changelist_url(queue=row["queue"], status__exact="pending"),
+                "waiting_url": changelist_url(queue=row["queue"], pending="waiting"),
+            }
             for row in (depth.as_dicts() if depth else [])
         ],
         "depth_problem": depth_problem,
+        "waiting": [
+            {"kind": kind, "label": label, "count": waiting[kind], "url": changelist_url(pending=kind)}
+            for kind, label in WAIT_KINDS
+        ]
+        if waiting
+        else [],
+        "waiting_total": sum(waiting.values()) if waiting else 0,
+        "waiting_url": changelist_url(pending="waiting"),
+        "waiting_problem": waiting_problem,
         "chart": charts.hourly_bar_chart(
             [(timezone.localtime(bucket.hour), bucket.completed, bucket.failed) for bucket in hourly or []]
         ),
@@ -130,7 +150,7 @@ def overview(model_admin: WorkflowAdmin, request: HttpRequest) -> HttpResponse:
         "oldest": oldest
         and {
             **oldest,
-            "url": _change_url(oldest["id"]),
+            "url": change_url(oldest["id"]),
             "age_label": charts.format_duration(oldest["age"].total_seconds()),
         },
         "oldest_problem": oldest_problem,
@@ -152,11 +172,15 @@ class SkipStepForm(forms.Form):
     )
 
     def clean_output(self) -> Any:
-        text = self.cleaned_data["output"]
-        try:
-            return json.loads(text, parse_constant=_reject_constant)
-        except ValueError as exc:
-            raise forms.ValidationError(f"Not valid JSON: {exc}") from None
+        return parse_json(self.cleaned_data["output"])
+
+
+def parse_json(text: str) -> Any:
+    """The value ``text`` holds as strict JSON (no NaN or Infinity), or a ValidationError saying why not."""
+    try:
+        return json.loads(text, parse_constant=_reject_constant)
+    except ValueError as exc:
+        raise forms.ValidationError(f"Not valid JSON: {exc}") from None
 
 
 def _reject_constant(name: str) -> Any:
@@ -188,7 +212,7 @@ def _repair_page(
             "opts": model_admin.opts,
             "workflow": workflow,
             "step": step,
-            "change_url": _change_url(workflow.pk),
+            "change_url": change_url(workflow.pk),
             "repairable": workflow.status in api.REPAIRABLE,
             **context,
         },
@@ -210,7 +234,7 @@ def retry_from_step(model_admin: WorkflowAdmin, request: HttpRequest, object_id:
                 f"({step.step_name}), which runs again with every later step.",
                 messages.SUCCESS,
             )
-        return HttpResponseRedirect(_change_url(workflow.pk))
+        return HttpResponseRedirect(change_url(workflow.pk))
     discarded = list(
         WorkflowStep.objects.filter(workflow=workflow, step_number__gte=step_number)
         .order_by("step_number")
@@ -237,7 +261,7 @@ def skip_step(model_admin: WorkflowAdmin, request: HttpRequest, object_id: str, 
             form.add_error("output", str(exc))
         except InvalidTransition as exc:
             model_admin.message_user(request, str(exc), messages.ERROR)
-            return HttpResponseRedirect(_change_url(workflow.pk))
+            return HttpResponseRedirect(change_url(workflow.pk))
         else:
             model_admin.log_change(
                 request,
@@ -251,7 +275,7 @@ def skip_step(model_admin: WorkflowAdmin, request: HttpRequest, object_id: str, 
                 f"is pending again and resumes at step {step_number + 1}.",
                 messages.SUCCESS,
             )
-            return HttpResponseRedirect(_change_url(workflow.pk))
+            return HttpResponseRedirect(change_url(workflow.pk))
     skippable = workflow.status in api.REPAIRABLE and (
         step.status == StepStatus.FAILED and step.step_number == workflow.current_step + 1
     )
@@ -264,4 +288,100 @@ def skip_step(model_admin: WorkflowAdmin, request: HttpRequest, object_id: str, 
         action="skip",
         form=form,
         skippable=skippable,
+    )
+
+
+# -- sending an event ---------------------------------------------------------------
+
+#: How ``waiting_for`` reads while a workflow waits in ``ctx.wait_for_event(name)``.
+EVENT_PREFIX = "event: "
+
+
+class SendEventForm(forms.Form):
+    name = forms.CharField(
+        label="Event name",
+        max_length=STEP_NAME_MAX_LENGTH,
+        help_text="The name the workflow's ctx.wait_for_event(name) waits for.",
+        widget=forms.TextInput(attrs={"size": 40, "class": "vTextField"}),
+    )
+    payload = forms.CharField(
+        label="Payload, as JSON",
+        required=False,
+        strip=True,
+        widget=forms.Textarea(attrs={"rows": 5, "cols": 80, "class": "vLargeTextField orch-json-input"}),
+        help_text='What ctx.wait_for_event returns, e.g. {"approved": true, "by": "grace@example.com"}. '
+        "Leave it empty to send null.",
+    )
+
+    def clean_payload(self) -> Any:
+        text = self.cleaned_data["payload"]
+        return parse_json(text) if text else None
+
+
+def awaited_event(workflow: Workflow) -> str | None:
+    """The event a pending workflow waits for, or None when it waits for none."""
+    waiting_for = workflow.waiting_for or ""
+    if workflow.status != WorkflowStatus.PENDING or not waiting_for.startswith(EVENT_PREFIX):
+        return None
+    return waiting_for.removeprefix(EVENT_PREFIX)
+
+
+def send_event_context(model_admin: WorkflowAdmin, request: HttpRequest, workflow: Workflow | None) -> dict[str, Any]:
+    """What the workflow page needs to draw its "send an event" form; empty when it draws none."""
+    if workflow is None or workflow.status in FINISHED_STATUSES or not model_admin.has_send_event_permission(request):
+        return {}
+    awaited = awaited_event(workflow)
+    # Woken already (the event arrived; a worker resumes it soon): a second
+    # approval would only queue a second event, so the form steps back.
+    woken = awaited is not None and workflow.run_after is None
+    return {
+        "send_event": {
+            "form": SendEventForm(initial={"name": awaited or "", "payload": ""}),
+            "awaited": None if woken else awaited,
+            "url": reverse("admin:orchestration_workflow_send_event", args=[quote(workflow.pk)]),
+        }
+    }
+
+
+def send_event(model_admin: WorkflowAdmin, request: HttpRequest, object_id: str) -> HttpResponse:
+    if not (model_admin.has_view_permission(request) and model_admin.has_send_event_permission(request)):
+        raise PermissionDenied
+    workflow = model_admin.get_object(request, unquote(object_id))
+    if workflow is None:
+        raise Http404(f"No workflow {object_id}.")
+    awaited = awaited_event(workflow)
+    form = SendEventForm(
+        request.POST if request.method == "POST" else None, initial={"name": awaited or "", "payload": ""}
+    )
+    if form.is_valid():
+        name, payload = form.cleaned_data["name"], form.cleaned_data["payload"]
+        try:
+            api.send_event(workflow.pk, name, payload)
+        except InvalidWorkflowInput as exc:
+            form.add_error("payload", str(exc))
+        except (InvalidTransition, Workflow.DoesNotExist) as exc:
+            model_admin.message_user(request, str(exc), messages.ERROR)
+            return HttpResponseRedirect(change_url(workflow.pk))
+        else:
+            model_admin.log_change(request, workflow, f"Sent event {name!r} with payload {json.dumps(payload)[:500]}.")
+            text = f"Event {name!r} sent to workflow {str(workflow.pk)[:8]}"
+            if name == awaited:
+                text += ", which was waiting for it; the next free worker resumes it."
+            else:
+                text += "; it is kept until the workflow waits for it"
+                text += f" (it waits for {awaited!r} now)." if awaited else "."
+            model_admin.message_user(request, text, messages.SUCCESS)
+            return HttpResponseRedirect(change_url(workflow.pk))
+    return TemplateResponse(
+        request,
+        "admin/orchestration/workflow/send_event.html",
+        {
+            **model_admin.admin_site.each_context(request),
+            "opts": model_admin.opts,
+            "title": "Send an event",
+            "workflow": workflow,
+            "change_url": change_url(workflow.pk),
+            "finished": workflow.status in FINISHED_STATUSES,
+            "send_event": {"form": form, "awaited": awaited, "url": request.path},
+        },
     )

@@ -2,9 +2,10 @@
 
 The seed's three queries are its own text, run verbatim (the hours parameter
 replaces its literal ``24`` only when asked for another window). The overview's
-other figures (queue depth, outcomes per hour, table health) are written to stay
-cheap on a table of millions of finished rows: they read unfinished rows through
-the status index, or the statistics views, or one bounded pass.
+other figures (queue depth, waiting workflows, outcomes per hour, table health)
+are written to stay cheap on a table of millions of finished rows: they read
+unfinished rows through the status index, or the statistics views, or one
+bounded pass.
 """
 
 from __future__ import annotations
@@ -96,11 +97,15 @@ def all_reports(hours: int = 24) -> list[Report]:
     return [success_rate(hours), stuck_workflows(), step_durations()]
 
 
+# Pending rows split by why, as the list's "pending" filter splits them: due now
+# (whatever brought them there), waiting for a timer, an event or children, or
+# due later (a retry's backoff, or a start scheduled for later).
 QUEUE_DEPTH_SQL = """
 SELECT
     queue,
     COUNT(*) FILTER (WHERE status = 'pending' AND (run_after IS NULL OR run_after <= now())) AS due,
-    COUNT(*) FILTER (WHERE status = 'pending' AND run_after > now()) AS scheduled,
+    COUNT(*) FILTER (WHERE status = 'pending' AND run_after > now() AND waiting_for IS NOT NULL) AS waiting,
+    COUNT(*) FILTER (WHERE status = 'pending' AND run_after > now() AND waiting_for IS NULL) AS scheduled,
     COUNT(*) FILTER (WHERE status = 'running') AS running,
     MIN(created_at) FILTER (WHERE status = 'pending') AS oldest_pending
 FROM workflows
@@ -145,6 +150,16 @@ WHERE relid IN ('workflows'::regclass, 'workflow_steps'::regclass)
 ORDER BY relname;
 """
 
+# The prefixes are those ``waiting_for`` is written with: "timer: ...", "event: ...", "children: ...".
+WAITING_SQL = """
+SELECT
+    COUNT(*) FILTER (WHERE split_part(waiting_for, ':', 1) = 'timer') AS timer,
+    COUNT(*) FILTER (WHERE split_part(waiting_for, ':', 1) = 'event') AS event,
+    COUNT(*) FILTER (WHERE split_part(waiting_for, ':', 1) = 'children') AS children
+FROM workflows
+WHERE status = 'pending' AND waiting_for IS NOT NULL AND run_after > now();
+"""
+
 OLDEST_PENDING_SQL = """
 SELECT id, workflow_type, queue, created_at, now() - created_at AS age
 FROM workflows
@@ -176,8 +191,17 @@ class HourlyOutcome:
 
 
 def queue_depth() -> Report:
-    """Unfinished workflows per queue: due now, scheduled for later, running."""
+    """Unfinished workflows per queue: due now, waiting, due later, running."""
     return _run("Queue depth", QUEUE_DEPTH_SQL)
+
+
+def waiting_counts() -> dict[str, int]:
+    """Pending workflows that wait, by what for: ``{"timer": n, "event": n, "children": n}``.
+
+    A wait that is over (its timer is due, or an event or a child woke it)
+    counts as due in ``queue_depth``, not here.
+    """
+    return _run("Waiting workflows", WAITING_SQL).as_dicts()[0]
 
 
 def hourly_outcomes(hours: int = 24) -> list[HourlyOutcome]:

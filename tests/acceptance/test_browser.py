@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from django.urls import reverse
 
+from orchestration import start_workflow
 from tests.admin_support import failed_three_steps, staff_user
 from tests.conftest import ROOT, drain
 
@@ -173,6 +174,38 @@ def test_operator__reads_the_overview_and_its_chart(page, admin_user):
     assert "three_steps" in page.inner_text("#orch-success")
     assert "workflow_steps" in page.inner_text("#orch-health")
     screenshot(page, "06-overview")
+
+
+def test_operator__approves_a_waiting_workflow_by_sending_its_event(page, admin_user):
+    workflow = start_workflow("awaits_approval")
+    assert drain() == ["waiting"]
+    log_in(page, "admin", "password")
+    page.goto(reverse("admin:orchestration_workflow_changelist") + "?pending=event")
+    row = page.locator("#result_list tr", has_text=str(workflow.pk)[:8])
+    assert row.locator(".orch-badge").inner_text() == "waiting"
+    assert "event: approval" in row.inner_text() and "until woken" in row.inner_text()
+    screenshot(page, "08-waiting-workflows")
+
+    row.locator(f"a:text-is('{str(workflow.pk)[:8]}')").click()
+    page.wait_for_selector("#orch-send-event.orch-awaited textarea[name=payload]")
+    form = page.locator("#orch-send-event.orch-awaited")
+    assert form.locator("input[name=name]").input_value() == "approval"
+    screenshot(page, "09-waiting-for-an-event")
+    form.locator("textarea[name=payload]").fill("{approved: yes}")
+    form.locator("input[type=submit]").click()
+    assert "Not valid JSON" in page.inner_text(".errorlist")
+    page.fill("textarea[name=payload]", '{"approved": true, "by": "grace@example.com"}')
+    screenshot(page, "10-send-event-corrected")
+    page.click("input[name=_send_event]")
+    page.wait_for_selector(".messagelist")
+    assert "Event 'approval' sent" in page.inner_text(".messagelist")
+    assert page.locator("#orch-send-event.orch-awaited").count() == 0
+
+    assert drain() == ["completed"]  # a worker resumes it
+    page.reload()
+    assert page.inner_text(".field-status_label .orch-badge") == "completed"
+    assert '"by": "grace@example.com"' in page.inner_text(".field-output_json")
+    screenshot(page, "11-approved")
 
 
 def test_operator_without_permissions__sees_the_list_but_no_action(page, db):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import math
 import os
 import subprocess
 import sys
@@ -18,6 +19,9 @@ from django.utils import timezone
 from orchestration import send_event, start_workflow
 from orchestration.models import Workflow, WorkflowStatus
 
+#: How long the failed payout's bank stays "down" after the demo starts.
+BANK_DOWNTIME = datetime.timedelta(seconds=60)
+
 
 class Command(BaseCommand):
     help = "Run the demo: start sample workflows, process them with runworkers --burst, report what happened."
@@ -29,12 +33,15 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         self._ensure_demo_user()
         run_id = uuid.uuid4().hex[:8]
-        started = self._enqueue(run_id, options["orders"])
+        # The bank is "down" for a minute: retries run out, the workflow fails,
+        # and an operator who retries it from the admin afterwards sees it complete.
+        bank_down_until = timezone.now() + BANK_DOWNTIME
+        started = self._enqueue(run_id, options["orders"], bank_down_until)
         self.stdout.write(
             f"Started {len(started)} workflows (demo run {run_id}); running them with runworkers --burst\n"
         )
         self._run_workers(started, options["timeout"])
-        self._report(started)
+        self._report(started, bank_down_until)
 
     def _ensure_demo_user(self) -> None:
         from django.contrib.auth import get_user_model
@@ -43,7 +50,7 @@ class Command(BaseCommand):
         if not user_model.objects.filter(username="demo").exists():
             user_model.objects.create_superuser("demo", "demo@example.com", "demo")
 
-    def _enqueue(self, run_id: str, orders: int) -> list[Workflow]:
+    def _enqueue(self, run_id: str, orders: int, bank_down_until: datetime.datetime) -> list[Workflow]:
         started = []
         for n in range(1, orders + 1):
             items = [{"sku": f"SKU-{n}{i}", "quantity": i + 1, "unit_price_cents": 1250 * (i + 1)} for i in range(n)]
@@ -55,13 +62,11 @@ class Command(BaseCommand):
                 )
             )
         started.append(start_workflow("crm_sync", {"contact_id": 42, "fail_attempts": 2}))
-        # The bank is "down" for a minute: retries run out, the workflow fails,
-        # and an operator who retries it from the admin afterwards sees it complete.
-        bank_down_until = (timezone.now() + datetime.timedelta(seconds=60)).isoformat()
         invoice = {"number": "INV-7", "lines": [{"amount_cents": 12000}, {"amount_cents": 3000}], "total_cents": 15000}
         started.append(
             start_workflow(
-                "supplier_payout", {"supplier": "Acme Paper", "invoice": invoice, "bank_down_until": bank_down_until}
+                "supplier_payout",
+                {"supplier": "Acme Paper", "invoice": invoice, "bank_down_until": bank_down_until.isoformat()},
             )
         )
         started.append(
@@ -100,7 +105,7 @@ class Command(BaseCommand):
             time.sleep(min(max(wait, 0.05), 5.0))
         self.stderr.write("Timed out waiting for the demo workflows to finish.")
 
-    def _report(self, started: list[Workflow]) -> None:
+    def _report(self, started: list[Workflow], bank_down_until: datetime.datetime) -> None:
         rows = Workflow.objects.filter(pk__in=[w.pk for w in started]).order_by("created_at")
         self.stdout.write("\nDemo report\n")
         header = f"{'workflow':<10} {'type':<18} {'status':<10} {'attempts':>8} {'steps':>5}  detail"
@@ -124,5 +129,19 @@ class Command(BaseCommand):
         )
         self.stdout.write(
             "See them in the admin: run `make serve`, open http://127.0.0.1:8000/admin/ "
-            "(user demo, password demo), then retry the failed payout.\n"
+            f"(user demo, password demo), then retry the failed payout {bank_back_at(bank_down_until)}.\n"
         )
+
+
+def bank_back_at(bank_down_until: datetime.datetime) -> str:
+    """When a retry of the failed payout succeeds: a time as the admin shows
+    times (Django's time zone, which Django also makes this process's), and how
+    far off it is, for a reader whose clock is in another zone."""
+    left = (bank_down_until - timezone.now()).total_seconds()
+    if left <= 0:
+        return "(its bank is back up: a retry succeeds now)"
+    back = timezone.localtime(bank_down_until)
+    return (
+        f"from {back:%H:%M:%S} {back.tzname()} on, {math.ceil(left)} s from now "
+        "(its bank is down until then, so a retry before that fails again)"
+    )

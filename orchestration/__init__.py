@@ -23,11 +23,12 @@ from .errors import (
 from .registry import workflow
 
 if TYPE_CHECKING:
-    from .api import cancel_workflow, restart_workflow, retry_workflow, send_event, start_workflow
+    from .api import cancel_workflow, restart_workflow, retry_workflow, send_event, start_workflow, start_workflows
     from .context import ChildHandle, WorkflowContext
 
 _LAZY = {
     "start_workflow": "api",
+    "start_workflows": "api",
     "retry_workflow": "api",
     "restart_workflow": "api",
     "cancel_workflow": "api",
@@ -54,6 +55,7 @@ __all__ = [
     "retry_workflow",
     "send_event",
     "start_workflow",
+    "start_workflows",
     "workflow",
 ]
 

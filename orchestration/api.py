@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime
 import uuid
+from collections.abc import Iterable
 from typing import Any
 
 from django.db import transaction
@@ -18,11 +19,12 @@ from django.db.models.functions import Least, Now
 from django.utils import timezone
 
 from .conf import conf
-from .errors import InvalidTransition
+from .errors import InvalidTransition, InvalidWorkflowInput
 from .models import FINISHED_STATUSES, StepStatus, Workflow, WorkflowEvent, WorkflowStatus, WorkflowStep
 from .registry import get_workflow
-from .sql import notify_new_work
+from .sql import insert_workflows, notify_new_work
 from .validation import (
+    to_json_text,
     to_json_value,
     validate_options,
     validate_step_name,
@@ -52,26 +54,21 @@ def start_workflow(
     ``timeout`` (seconds or timedelta; default the decorator's) cancels the run
     at its next step boundary once that long has passed since now.
     """
-    validate_workflow_type(workflow_type)
-    definition = get_workflow(workflow_type)
-    queue = definition.queue if queue is None else queue
-    priority = definition.priority if priority is None else priority
-    if max_retries is None:
-        max_retries = conf.DEFAULT_MAX_RETRIES if definition.max_retries is None else definition.max_retries
-    validate_options(
-        idempotency_key=idempotency_key, run_after=run_after, queue=queue, priority=priority, max_retries=max_retries
-    )
-    limit = validate_timeout(definition.timeout if timeout is None else timeout)
-    workflow = Workflow(
-        workflow_type=workflow_type,
-        deadline=timezone.now() + limit if limit is not None else None,
-        input_data=to_json_value(input_data, f"The input of workflow {workflow_type!r}"),
+    options = _new_workflow_options(
+        workflow_type,
         idempotency_key=idempotency_key,
         run_after=run_after,
         queue=queue,
         priority=priority,
         max_retries=max_retries,
+        timeout=timeout,
     )
+    workflow = Workflow(
+        input_data=to_json_value(input_data, f"The input of workflow {workflow_type!r}"),
+        idempotency_key=idempotency_key,
+        **options,
+    )
+    queue = options["queue"]
     alias = conf.DATABASE
     with transaction.atomic(using=alias):
         if idempotency_key is None:
@@ -86,6 +83,58 @@ def start_workflow(
         notify_new_work(alias, queue)
     workflow.refresh_from_db(using=alias)
     return workflow
+
+
+def start_workflows(
+    workflow_type: str,
+    inputs: Iterable[Any],
+    *,
+    idempotency_keys: Iterable[str | None] | None = None,
+    run_after: datetime.datetime | None = None,
+    queue: str | None = None,
+    priority: int | None = None,
+    max_retries: int | None = None,
+    timeout: float | datetime.timedelta | None = None,
+) -> list[Workflow]:
+    """Enqueue one run of ``workflow_type`` per item of ``inputs`` in a single
+    statement (one round trip), and return their rows in the order of ``inputs``.
+
+    The options apply to every run, as in ``start_workflow``. Either every row
+    is written or none. Inside ``transaction.atomic()`` the runs become visible
+    to workers when the transaction commits, and idle workers are woken once.
+    ``idempotency_keys``, when given, pairs a key (or None) with each input: a
+    key used before, or earlier in the same batch, returns that workflow
+    instead of creating another.
+    """
+    options = _new_workflow_options(
+        workflow_type,
+        idempotency_key=None,
+        run_after=run_after,
+        queue=queue,
+        priority=priority,
+        max_retries=max_retries,
+        timeout=timeout,
+    )
+    inputs = list(inputs)
+    keys: list[str | None] = [None] * len(inputs) if idempotency_keys is None else list(idempotency_keys)
+    if len(keys) != len(inputs):
+        raise InvalidWorkflowInput(f"start_workflows got {len(inputs)} inputs but {len(keys)} idempotency keys.")
+    checks = {name: options[name] for name in ("run_after", "queue", "priority", "max_retries")}
+    for key in {key for key in keys if key is not None}:
+        validate_options(idempotency_key=key, **checks)
+    encoded = [to_json_text(value, f"Input {n} of workflow {workflow_type!r}") for n, value in enumerate(inputs)]
+    if not inputs:
+        return []
+    alias = conf.DATABASE
+    ids = [uuid.uuid4() for _ in inputs]
+    created = {workflow.pk: workflow for workflow in insert_workflows(alias, options, ids, encoded, keys)}
+    by_key: dict[str | None, Workflow] = {w.idempotency_key: w for w in created.values() if w.idempotency_key}
+    missing = {key for key, pk in zip(keys, ids, strict=True) if pk not in created and key not in by_key}
+    if missing:
+        # Keys used before: ON CONFLICT DO NOTHING waited for any concurrent
+        # insert of them to commit, so this (later) statement sees the winners.
+        by_key.update((w.idempotency_key, w) for w in Workflow.objects.using(alias).filter(idempotency_key__in=missing))
+    return [created.get(pk) or by_key[key] for pk, key in zip(ids, keys, strict=True)]
 
 
 def send_event(workflow: WorkflowRef, name: str, payload: Any = None) -> WorkflowEvent:
@@ -274,6 +323,38 @@ _FRESH_RUN: dict[str, Any] = dict(
 )
 
 
+def _new_workflow_options(
+    workflow_type: str,
+    *,
+    idempotency_key: str | None,
+    run_after: datetime.datetime | None,
+    queue: str | None,
+    priority: int | None,
+    max_retries: int | None,
+    timeout: float | datetime.timedelta | None,
+) -> dict[str, Any]:
+    """Validated column values of a new run: an option given wins over the
+    decorator's, which wins over the settings'. Raises before anything is written."""
+    validate_workflow_type(workflow_type)
+    definition = get_workflow(workflow_type)
+    queue = definition.queue if queue is None else queue
+    priority = definition.priority if priority is None else priority
+    if max_retries is None:
+        max_retries = conf.DEFAULT_MAX_RETRIES if definition.max_retries is None else definition.max_retries
+    validate_options(
+        idempotency_key=idempotency_key, run_after=run_after, queue=queue, priority=priority, max_retries=max_retries
+    )
+    limit = validate_timeout(definition.timeout if timeout is None else timeout)
+    return dict(
+        workflow_type=workflow_type,
+        deadline=timezone.now() + limit if limit is not None else None,
+        run_after=run_after,
+        queue=queue,
+        priority=priority,
+        max_retries=max_retries,
+    )
+
+
 def _check_step_number(step_number: Any, verb: str) -> None:
     if isinstance(step_number, bool) or not isinstance(step_number, int) or step_number < 1:
         raise InvalidTransition(f"Cannot {verb} step {step_number!r}: steps are numbered from 1.")
@@ -328,4 +409,5 @@ __all__ = [
     "send_event",
     "skip_step",
     "start_workflow",
+    "start_workflows",
 ]

@@ -28,6 +28,11 @@ class NotJSONSerializable(InvalidWorkflowInput, TypeError):
 
 def to_json_value(value: Any, what: str) -> Any:
     """Return ``value`` as it will read back from jsonb, or raise naming ``what``."""
+    return json.loads(to_json_text(value, what))
+
+
+def to_json_text(value: Any, what: str) -> str:
+    """Return ``value`` encoded as JSON that jsonb accepts, or raise naming ``what``."""
     try:
         encoded = json.dumps(value, allow_nan=False)
     except (TypeError, ValueError) as exc:
@@ -40,7 +45,7 @@ def to_json_value(value: Any, what: str) -> Any:
             f"{what} is {len(encoded)} bytes as JSON, over the {limit}-byte limit "
             "(ORCHESTRATION['MAX_PAYLOAD_BYTES']); store large data elsewhere and pass a reference."
         )
-    return json.loads(encoded)
+    return encoded
 
 
 def validate_workflow_type(name: Any) -> None:

@@ -1,0 +1,85 @@
+"""``start_workflows``: many runs in one statement, with the guarantees of ``start_workflow``."""
+
+from __future__ import annotations
+
+import datetime
+import uuid
+
+import psycopg
+import pytest
+from django.db import connection, transaction
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+
+from orchestration import InvalidWorkflowInput, UnknownWorkflowType, start_workflow, start_workflows
+from orchestration.models import Workflow, WorkflowStatus
+from orchestration.sql import NOTIFY_CHANNEL
+from tests.conftest import drain
+
+
+@pytest.mark.django_db
+def test_start_workflows__inserts_every_run_in_one_statement_and_returns_them_in_order():
+    with CaptureQueriesContext(connection) as queries:
+        started = start_workflows("echo", [{"n": n} for n in range(200)])
+    assert len(queries) == 1
+    assert [workflow.input_data for workflow in started] == [{"n": n} for n in range(200)]
+    first = started[0]
+    assert isinstance(first.pk, uuid.UUID) and first.created_at is not None
+    assert (first.status, first.attempts, first.current_step, first.queue) == (WorkflowStatus.PENDING, 0, 0, "default")
+    assert Workflow.objects.count() == 200
+    assert drain(max_runs=300) == ["completed"] * 200
+
+
+@pytest.mark.django_db
+def test_start_workflows__applies_the_options_and_the_decorators_defaults_to_every_run():
+    later = timezone.now() + datetime.timedelta(hours=1)
+    started = start_workflows("on_other_queue", [1, 2], run_after=later, max_retries=7)
+    rows = Workflow.objects.filter(pk__in=[w.pk for w in started])
+    assert {(w.queue, w.priority, w.max_retries, w.run_after) for w in rows} == {("other", 5, 7, later)}
+
+
+@pytest.mark.django_db
+def test_start_workflows__with_idempotency_keys__returns_the_first_run_of_each_key():
+    earlier = start_workflow("echo", "before", idempotency_key="k1")
+    started = start_workflows("echo", ["a", "b", "c", "d"], idempotency_keys=["k1", "k2", None, "k2"])
+    assert started[0].pk == earlier.pk and started[0].input_data == "before"
+    assert started[1].pk == started[3].pk and started[3].input_data == "b"
+    assert started[2].idempotency_key is None
+    assert Workflow.objects.count() == 3
+
+
+@pytest.mark.django_db
+def test_start_workflows__checks_everything_before_writing_anything():
+    with pytest.raises(UnknownWorkflowType):
+        start_workflows("nobody_registers_this", [1])
+    with pytest.raises(InvalidWorkflowInput, match="Input 1 of workflow 'echo'"):
+        start_workflows("echo", [1, {1, 2}])
+    with pytest.raises(InvalidWorkflowInput, match="2 inputs but 1 idempotency keys"):
+        start_workflows("echo", [1, 2], idempotency_keys=["k"])
+    with pytest.raises(InvalidWorkflowInput, match="idempotency_key"):
+        start_workflows("echo", [1], idempotency_keys=[""])
+    assert not Workflow.objects.exists()
+    assert start_workflows("echo", []) == []
+
+
+@pytest.mark.django_db
+def test_start_workflows__inside_a_transaction_that_rolls_back__never_existed():
+    with pytest.raises(RuntimeError), transaction.atomic():
+        start_workflows("echo", [1, 2, 3])
+        raise RuntimeError("roll back")
+    assert not Workflow.objects.exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_start_workflows__wakes_idle_workers_once_and_only_at_commit():
+    params = connection.get_connection_params()
+    keys = ("dbname", "user", "password", "host", "port")
+    conninfo = psycopg.conninfo.make_conninfo(**{k: params[k] for k in keys if params.get(k)})
+    with psycopg.connect(conninfo, autocommit=True) as listener:
+        listener.execute(f"LISTEN {NOTIFY_CHANNEL}")
+        with transaction.atomic():
+            start_workflows("echo", range(50))
+            start_workflows("on_other_queue", range(50))
+            assert list(listener.notifies(timeout=0.3)) == []
+        payloads = sorted(notice.payload for notice in listener.notifies(timeout=1.0, stop_after=3))
+    assert payloads == ["default", "other"]

@@ -118,7 +118,9 @@ class WorkflowContext:
         except Exception as exc:
             self._record_step_failure(number, name, exc, started)
             raise
-        self._durable(lambda: queue.complete_step(self._run, number, output))
+        # Written in one transaction with the run's next write (the next step's
+        # start, the run's end, a wait): see queue.complete_step_deferred.
+        queue.complete_step_deferred(self._run, number, output)
         self._completed(number, name, output, started)
         return output
 

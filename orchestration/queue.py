@@ -1,26 +1,32 @@
 """The worker's side of the state machine: claim, checkpoint, finish, release,
 heartbeat and the stuck-workflow sweep.
 
-Every write here is fenced: it is a conditional UPDATE of the workflow row on
-``(id, lease_token, status='running')``, made in the same transaction as any
-step-row write. A worker whose lease was taken (reclaimed as stuck, cancelled,
-released on shutdown) therefore changes nothing, and the row lock the fence
-takes serialises it against whoever took the lease.
+Every write here is fenced: it is a conditional UPDATE (or row lock) of the
+workflow row on ``(id, lease_token, status='running')``, made in the same
+transaction as any step-row write; the hot ones (claim, step start, completion)
+are single statements (``sql.py``), so each is one round trip. A worker whose
+lease was taken (reclaimed as stuck, cancelled, released on shutdown)
+therefore changes nothing, and the row lock the fence takes serialises it
+against whoever took the lease.
 """
 
 from __future__ import annotations
 
 import datetime
+import functools
+import json
 import logging
 import threading
+import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NoReturn
 
-from django.db import transaction
+from django.db import connections, transaction
 from django.db.models import F, Q
-from django.db.models.functions import Coalesce, Now
+from django.db.models.functions import Now
 
+from . import sql
 from .conf import conf
 from .errors import LeaseLost, WorkflowCancelled
 from .models import StepStatus, Workflow, WorkflowStatus, WorkflowStep
@@ -46,6 +52,38 @@ class ClaimedRun:
     parent_id: uuid.UUID | None = None
     deadline: datetime.datetime | None = None
     lost: threading.Event = field(default_factory=threading.Event)
+    #: Claimed for the first time, with no step recorded.
+    fresh: bool = False
+    #: A completed step whose checkpoint goes with the run's next write.
+    checkpoint: DeferredCheckpoint | None = None
+
+
+#: What ``claim`` returns of each row, in the order of ``ClaimedRun``'s fields.
+CLAIMED_COLUMNS = (
+    "id",
+    "workflow_type",
+    "input_data",
+    "lease_token",
+    "attempts",
+    "max_retries",
+    "queue",
+    "parent_id",
+    "deadline",
+)
+
+
+@dataclass(frozen=True)
+class DeferredCheckpoint:
+    number: int
+    output: Any
+    returned_at: float  # time.monotonic() when the step's body returned
+
+    def params(self) -> dict[str, Any]:
+        return {
+            "checkpoint_step": self.number,
+            "checkpoint_output": json.dumps(self.output),
+            "checkpoint_age": max(0.0, time.monotonic() - self.returned_at),
+        }
 
 
 @dataclass(frozen=True)
@@ -72,58 +110,77 @@ def claim(worker_id: str, queues: list[str] | None, limit: int = 1) -> list[Clai
     """Lock up to ``limit`` due workflows, mark them running, and commit.
 
     SKIP LOCKED lets any number of workers claim side by side without ever
-    taking the same row; the commit happens before any user code runs.
+    taking the same row; each row gets its own lease token. One statement: in
+    autocommit mode it is committed before any user code runs.
     """
-    with transaction.atomic(using=conf.DATABASE):
-        candidates = _workflows().filter(_due())
-        if queues:
-            candidates = candidates.filter(queue__in=queues)
-        rows = list(
-            candidates.order_by("-priority", "created_at")
-            .select_for_update(skip_locked=True)
-            .values("id", "workflow_type", "input_data", "attempts", "max_retries", "queue", "parent_id", "deadline")[
-                :limit
-            ]
-        )
-        runs = []
-        for row in rows:
-            token = uuid.uuid4()
-            _workflows().filter(pk=row["id"]).update(
-                status=WorkflowStatus.RUNNING,
-                lease_token=token,
-                attempts=F("attempts") + 1,
-                worker_id=worker_id,
-                started_at=Coalesce(F("started_at"), Now()),
-                updated_at=Now(),
-                run_after=None,
-                waiting_for=None,
-            )
-            runs.append(
-                ClaimedRun(
-                    id=row["id"],
-                    workflow_type=row["workflow_type"],
-                    input_data=row["input_data"],
-                    lease_token=token,
-                    attempts=row["attempts"] + 1,
-                    max_retries=row["max_retries"],
-                    queue=row["queue"],
-                    parent_id=row["parent_id"],
-                    deadline=row["deadline"],
-                )
-            )
-        return runs
+    statement, params = claim_statement(worker_id, queues, limit)
+    rows = sql.run(conf.DATABASE, statement, params)
+    runs = []
+    for *values, fresh in rows:
+        run = ClaimedRun(**dict(zip(CLAIMED_COLUMNS, values, strict=True)), fresh=fresh)
+        if isinstance(run.input_data, str):  # Django reads jsonb as text
+            run.input_data = json.loads(run.input_data)
+        runs.append(run)
+    return runs
+
+
+def claim_statement(worker_id: str, queues: list[str] | None, limit: int = 1) -> tuple[str, list[Any]]:
+    """The claim's SQL and parameters (also for ``EXPLAIN`` by the benchmark)."""
+    statement, params = _claim_sql(conf.DATABASE, tuple(queues) if queues else None, limit)
+    return statement, [*params, worker_id]
+
+
+@functools.lru_cache(maxsize=64)
+def _claim_sql(alias: str, queues: tuple[str, ...] | None, limit: int) -> tuple[str, tuple[Any, ...]]:
+    candidates = Workflow.objects.using(alias).filter(_due())
+    if queues:
+        candidates = candidates.filter(queue__in=queues)
+    locked = (
+        candidates.order_by("-priority", "created_at")
+        .select_for_update(skip_locked=True, no_key=True)
+        .values("id", "started_at")[:limit]
+    )
+    with transaction.atomic(using=alias, savepoint=False):  # Django compiles FOR UPDATE only in one; sends nothing
+        select, params = locked.query.get_compiler(using=alias).as_sql()
+    returning = ", ".join(f"w.{column}" for column in CLAIMED_COLUMNS)
+    return sql.CLAIM.format(locked=select, returning=returning), tuple(params)
 
 
 def recorded_steps(run: ClaimedRun) -> dict[int, RecordedStep]:
+    if run.fresh:  # the claim saw no step recorded (see sql.CLAIM)
+        run.fresh = False
+        return {}
     rows = _steps().filter(workflow_id=run.id).values_list("step_number", "step_name", "status", "output_data")
     return {number: RecordedStep(number, name, status, output) for number, name, status, output in rows}
 
 
 def _fence(run: ClaimedRun, **changes: Any) -> None:
-    """Touch the workflow row if, and only if, this run still holds it."""
+    """Touch the workflow row if, and only if, this run still holds it (and
+    write the run's deferred checkpoint, if any, in the same transaction)."""
+    if run.checkpoint is not None:
+        if not connections[conf.DATABASE].in_atomic_block:
+            with transaction.atomic(using=conf.DATABASE):
+                return _fence(run, **changes)
+        _fenced(run, sql.held(None, checkpoint=True) + sql.COUNT_HELD)
     held = _workflows().filter(pk=run.id, lease_token=run.lease_token, status=WorkflowStatus.RUNNING)
     if held.update(updated_at=Now(), **changes):
         return
+    _lost(run)
+
+
+def _fenced(run: ClaimedRun, statement: str, **params: Any) -> None:
+    """Run a statement made with ``sql.held``; it writes nothing unless this
+    run still holds the workflow. The deferred checkpoint goes with it."""
+    params.update(id=run.id, lease=run.lease_token)
+    if run.checkpoint is not None:
+        params.update(run.checkpoint.params())
+    rows = sql.run(conf.DATABASE, statement, params)
+    if not rows or not rows[0][0]:
+        _lost(run)
+    run.checkpoint = None
+
+
+def _lost(run: ClaimedRun) -> NoReturn:
     run.lost.set()
     status = _workflows().filter(pk=run.id).values_list("status", flat=True).first()
     if status == WorkflowStatus.CANCELLED:
@@ -132,29 +189,10 @@ def _fence(run: ClaimedRun, **changes: Any) -> None:
 
 
 def start_step(run: ClaimedRun, number: int, name: str) -> None:
-    with transaction.atomic(using=conf.DATABASE):
-        _fence(run)
-        updated = (
-            _steps()
-            .filter(workflow_id=run.id, step_number=number)
-            .update(
-                step_name=name,
-                status=StepStatus.RUNNING,
-                started_at=Now(),
-                completed_at=None,
-                error_message=None,
-                attempts=F("attempts") + 1,
-            )
-        )
-        if not updated:
-            _steps().create(
-                workflow_id=run.id,
-                step_number=number,
-                step_name=name,
-                status=StepStatus.RUNNING,
-                started_at=Now(),
-                attempts=1,
-            )
+    """Record step ``number`` running, in one statement with the previous
+    step's deferred checkpoint."""
+    checkpoint = run.checkpoint is not None
+    _fenced(run, sql.held(None, checkpoint) + sql.START_STEP, step=number, name=name)
 
 
 def complete_step(run: ClaimedRun, number: int, output: Any) -> None:
@@ -167,6 +205,22 @@ def complete_step(run: ClaimedRun, number: int, output: Any) -> None:
         )
 
 
+def complete_step_deferred(run: ClaimedRun, number: int, output: Any) -> None:
+    """Keep step ``number``'s checkpoint to write it with the run's next write:
+    the next step's start, the run's end or release, a wait. Every write is
+    fenced and goes through ``_fenced`` or ``_fence``, which write it first, in
+    the same transaction; one transaction a step is saved.
+
+    Nothing is weakened: a worker that dies before that write loses the
+    checkpoint, and the step runs again, exactly as when it dies just before
+    an immediate write (step bodies run at least once; the checkpoint is still
+    written once). The step is recorded running before its body runs, as
+    always. Code of the workflow function between two steps is not
+    checkpointed at all, deferred or not.
+    """
+    run.checkpoint = DeferredCheckpoint(number, output, time.monotonic())
+
+
 def fail_step(run: ClaimedRun, number: int, message: str) -> None:
     with transaction.atomic(using=conf.DATABASE):
         _fence(run)
@@ -176,15 +230,10 @@ def fail_step(run: ClaimedRun, number: int, message: str) -> None:
 
 
 def complete_workflow(run: ClaimedRun, output: Any) -> None:
-    _fence(
-        run,
-        status=WorkflowStatus.COMPLETED,
-        output_data=output,
-        finished_at=Now(),
-        lease_token=None,
-        error_message=None,
-        error_traceback=None,
-    )
+    """Mark the run completed with its result (and its last step's deferred
+    checkpoint) in one statement."""
+    checkpoint = run.checkpoint is not None
+    _fenced(run, sql.held(sql.COMPLETED, checkpoint) + sql.COUNT_HELD, output=json.dumps(output))
 
 
 def fail_workflow(run: ClaimedRun, message: str, traceback: str | None, *, retryable: bool) -> float | None:

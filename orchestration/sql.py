@@ -5,6 +5,7 @@ from __future__ import annotations
 import uuid
 from typing import TYPE_CHECKING, Any
 
+import psycopg
 from django.db import connections
 
 if TYPE_CHECKING:
@@ -76,3 +77,97 @@ def insert_workflows(
                 values[n] = convert(values[n], None, connection)
         workflows.append(Workflow.from_db(alias, attnames, values))
     return workflows
+
+
+# -- the worker's hot path ----------------------------------------------------
+#
+# One statement each, so that in autocommit mode each is one round trip and one
+# transaction. Every one but the claim starts with CTE ``held``: the workflow
+# row if, and only if, this lease still holds it, locked for the rest of the
+# statement (a concurrent cancel or reclaim either commits first, and ``held``
+# is empty, or waits for this statement). Writes that change no indexed column
+# (``current_step``, the step rows) can be HOT updates.
+
+#: ``{locked}`` is the ORM's ``select_for_update(skip_locked=True)`` of the due
+#: rows (columns ``id``, ``started_at``), ``{returning}`` the columns to return.
+#: The last column says the run is fresh: never claimed and no step recorded.
+#: ``claimed.started_at`` is the locked row's, so a row claimed by another
+#: worker since this statement's snapshot is never fresh; steps that snapshot
+#: does not see could only come from such a claim (or from a writer racing
+#: with this claim, which may as well have come after it).
+CLAIM = """
+WITH claimed AS MATERIALIZED ({locked})
+UPDATE workflows AS w
+SET status = 'running', lease_token = gen_random_uuid(), attempts = w.attempts + 1, worker_id = %s,
+    started_at = COALESCE(w.started_at, statement_timestamp()), updated_at = statement_timestamp(),
+    run_after = NULL, waiting_for = NULL
+FROM claimed
+WHERE w.id = claimed.id
+RETURNING {returning},
+    claimed.started_at IS NULL AND NOT EXISTS (SELECT FROM workflow_steps AS s WHERE s.workflow_id = w.id)
+"""
+
+_HELD = "id = %(id)s AND lease_token = %(lease)s AND status = 'running'"
+
+#: A step's checkpoint written late, with the run's next write (see
+#: ``queue.complete_step_deferred``); ``completed_at`` is when the body returned.
+_CHECKPOINT = """, checkpoint AS (
+    UPDATE workflow_steps
+    SET status = 'completed', output_data = %(checkpoint_output)s::jsonb, error_message = NULL,
+        completed_at = statement_timestamp() - make_interval(secs => %(checkpoint_age)s)
+    FROM held
+    WHERE workflow_steps.workflow_id = held.id AND workflow_steps.step_number = %(checkpoint_step)s
+)"""
+
+
+def held(changes: str | None, checkpoint: bool) -> str:
+    """The head of a fenced statement: CTE ``held`` locks (and, with ``changes``,
+    updates) the workflow row; with ``checkpoint``, a deferred checkpoint is
+    written too and ``current_step`` moves to it."""
+    sets = [changes] if changes else []
+    if checkpoint:
+        # Progress ends a crash loop: deaths are counted at one step in a row.
+        sets.append("current_step = %(checkpoint_step)s, worker_deaths = 0, lost_at_step = NULL")
+    if sets:
+        row = f"UPDATE workflows SET {', '.join(sets)} WHERE {_HELD} RETURNING id"
+    else:
+        row = f"SELECT id FROM workflows WHERE {_HELD} FOR NO KEY UPDATE"
+    return f"WITH held AS ({row}){_CHECKPOINT if checkpoint else ''}\n"
+
+
+#: Record step ``%(step)s`` running; empty result: the lease is lost.
+START_STEP = """
+INSERT INTO workflow_steps (workflow_id, step_number, step_name, status, started_at, attempts)
+SELECT id, %(step)s, %(name)s, 'running', statement_timestamp(), 1 FROM held
+ON CONFLICT (workflow_id, step_number) DO UPDATE
+SET step_name = excluded.step_name, status = 'running', started_at = excluded.started_at,
+    completed_at = NULL, error_message = NULL, attempts = workflow_steps.attempts + 1
+RETURNING 1
+"""
+
+#: The change of a completed workflow (see ``queue.complete_workflow``).
+COMPLETED = (
+    "status = 'completed', output_data = %(output)s::jsonb, finished_at = statement_timestamp(), "
+    "updated_at = statement_timestamp(), lease_token = NULL, error_message = NULL, error_traceback = NULL"
+)
+
+#: After ``held(...)``: 1 if the lease held (and the writes were made), else 0.
+COUNT_HELD = "SELECT count(*) FROM held"
+
+
+def run(alias: str, statement: str, params: Any) -> list[tuple[Any, ...]]:
+    """Execute one of the statements above and return its rows.
+
+    With server-side binding, so that psycopg prepares them once the
+    connection's ``prepare_threshold`` allows (Django's ``OPTIONS``; Django's
+    default, None, prepares nothing, as PgBouncer in transaction mode needs):
+    parsing and planning were a third of the database's work per statement.
+    """
+    connection = connections[alias]
+    connection.ensure_connection()
+    raw: Any = psycopg.Cursor(connection.connection)  # django-stubs expects a wrapper here
+    # Django's wrapper still applies: its error classes, execute_wrapper()s, DEBUG's query log.
+    cursor = connection.make_debug_cursor(raw) if connection.queries_logged else connection.make_cursor(raw)
+    with cursor:
+        cursor.execute(statement, params)
+        return cursor.fetchall()

@@ -10,6 +10,13 @@ so the claim's partial index scan never degrades into reading stale rows.
 
 Storage parameters change no data and no column: reversing restores the
 server's defaults.
+
+The tables are analyzed at once: a table never analyzed has no statistics at
+all, and then the planner may answer the claim with a bitmap scan and a sort of
+every pending row instead of the claim index's ordered scan that stops at the
+first unlocked row (measured: 3 ms instead of 0.1 ms a claim with 6,000
+pending). Once analyzed, even statistics that say "nothing is pending" keep
+the index scan.
 """
 
 from __future__ import annotations
@@ -51,4 +58,5 @@ class Migration(migrations.Migration):
     operations = [
         migrations.RunSQL(sql=_set("workflows", WORKFLOWS), reverse_sql=_reset("workflows", WORKFLOWS)),
         migrations.RunSQL(sql=_set("workflow_steps", STEPS), reverse_sql=_reset("workflow_steps", STEPS)),
+        migrations.RunSQL(sql="ANALYZE workflows, workflow_steps", reverse_sql=migrations.RunSQL.noop),
     ]

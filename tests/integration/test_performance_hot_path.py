@@ -1,0 +1,166 @@
+"""The fast hot path keeps every guarantee: one statement a claim for several
+workflows, the step's checkpoint written with the run's next write, few round
+trips, and a claim plan that stays an index scan."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from orchestration import queue, start_workflow, start_workflows, workflow
+from orchestration.errors import WorkflowCancelled
+from orchestration.models import StepStatus, Workflow, WorkflowStatus, WorkflowStep
+from orchestration.worker import Worker, execute
+from tests.conftest import drain
+from tests.factories import WorkflowFactory, WorkflowStepFactory
+
+pytestmark = pytest.mark.django_db
+
+BODIES: list[str] = []
+
+
+def body(label: str) -> str:
+    BODIES.append(label)
+    return label
+
+
+@workflow("perf_fails_between_steps", max_retries=1)
+def fails_between_steps(ctx: Any, data: Any) -> str:
+    ctx.step("first", body, "first")
+    if ctx.attempt == 1:
+        raise RuntimeError("outside any step")
+    return ctx.step("second", body, "second")
+
+
+@workflow("perf_two_steps")
+def two_steps(ctx: Any, data: Any) -> str:
+    ctx.step("first", body, "first")
+    return ctx.step("second", body, "second")
+
+
+@workflow("perf_one_step")
+def one_step(ctx: Any, data: Any) -> str:
+    return ctx.step("only", body, "only")
+
+
+@pytest.fixture(autouse=True)
+def _bodies() -> None:
+    BODIES.clear()
+
+
+def steps_of(workflow_id: Any) -> dict[int, str]:
+    return dict(WorkflowStep.objects.filter(workflow_id=workflow_id).values_list("step_number", "status"))
+
+
+def test_claim__takes_several_workflows_in_one_query_each_with_its_own_lease():
+    start_workflows("perf_one_step", [1, 2, 3])
+    with CaptureQueriesContext(connection) as queries:
+        runs = queue.claim("w", None, limit=3)
+    assert len(queries) == 1
+    assert len({run.lease_token for run in runs}) == 3
+    rows = Workflow.objects.filter(pk__in=[run.id for run in runs])
+    assert {(row.status, row.lease_token, row.attempts, row.worker_id) for row in rows} == {
+        (WorkflowStatus.RUNNING, run.lease_token, 1, "w") for run in runs
+    }
+
+
+def test_claim__of_a_workflow_never_run__reads_no_steps_and_one_with_steps_reads_them():
+    new = start_workflow("perf_one_step")
+    recorded = WorkflowFactory(workflow_type="perf_two_steps")
+    WorkflowStepFactory(workflow=recorded, step_number=1, step_name="first", output_data="stored")
+    runs = {run.id: run for run in queue.claim("w", None, limit=2)}
+    assert runs[new.pk].fresh and not runs[recorded.pk].fresh
+    with CaptureQueriesContext(connection) as queries:
+        assert queue.recorded_steps(runs[new.pk]) == {}
+    assert len(queries) == 0
+    assert queue.recorded_steps(runs[recorded.pk])[1].output == "stored"
+
+
+def test_one_step_workflow__runs_in_two_statements_after_its_claim():
+    start_workflow("perf_one_step")
+    (run,) = queue.claim("w", None)
+    with CaptureQueriesContext(connection) as queries:
+        assert execute(run) == "completed"
+    # the step recorded running, then its checkpoint with the workflow's completion
+    assert len(queries) == 2
+
+
+def test_step_checkpoint__is_written_with_the_next_step_start_in_one_statement():
+    workflow_ = start_workflow("perf_two_steps")
+    (run,) = queue.claim("w", None)
+    queue.start_step(run, 1, "first")
+    queue.complete_step_deferred(run, 1, {"out": 1})
+    assert steps_of(workflow_.pk) == {1: StepStatus.RUNNING}  # not written yet
+    with CaptureQueriesContext(connection) as queries:
+        queue.start_step(run, 2, "second")
+    assert len(queries) == 1
+    assert steps_of(workflow_.pk) == {1: StepStatus.COMPLETED, 2: StepStatus.RUNNING}
+    first = WorkflowStep.objects.get(workflow_id=workflow_.pk, step_number=1)
+    assert first.output_data == {"out": 1} and first.completed_at >= first.started_at
+    workflow_.refresh_from_db()
+    assert workflow_.current_step == 1
+
+
+def test_step_checkpoint__survives_a_failure_outside_any_step__and_the_step_does_not_run_again():
+    workflow_ = start_workflow("perf_fails_between_steps")
+    assert drain() == ["retrying", "completed"]
+    assert BODIES == ["first", "second"]
+    assert steps_of(workflow_.pk) == {1: StepStatus.COMPLETED, 2: StepStatus.COMPLETED}
+
+
+def test_step_checkpoint__is_written_when_the_run_is_released_for_shutdown():
+    workflow_ = start_workflow("perf_two_steps")
+    (run,) = queue.claim("w", None)
+    released: list[bool] = []
+
+    def should_release() -> bool:  # let step 1 run, then ask to release at step 2's boundary
+        released.append(True)
+        return len(released) > 1
+
+    assert execute(run, should_release=should_release) == "released"
+    assert steps_of(workflow_.pk) == {1: StepStatus.COMPLETED}
+    workflow_.refresh_from_db()
+    assert (workflow_.status, workflow_.current_step, workflow_.attempts) == (WorkflowStatus.PENDING, 1, 0)
+    assert drain() == ["completed"]
+    assert BODIES == ["first", "second"]
+
+
+def test_step_checkpoint__of_a_run_that_lost_its_lease__is_never_written():
+    from orchestration import cancel_workflow
+
+    workflow_ = start_workflow("perf_two_steps")
+    (run,) = queue.claim("w", None)
+    queue.start_step(run, 1, "first")
+    queue.complete_step_deferred(run, 1, "late")
+    cancel_workflow(workflow_.pk)
+    with pytest.raises(WorkflowCancelled):
+        queue.start_step(run, 2, "second")
+    with pytest.raises(WorkflowCancelled):
+        queue.complete_workflow(run, None)
+    step = WorkflowStep.objects.get(workflow_id=workflow_.pk, step_number=1)
+    assert (step.status, step.output_data) == (StepStatus.FAILED, None)
+
+
+def test_unstarted_runs__of_a_stopping_worker_go_back_without_spending_an_attempt():
+    start_workflows("perf_one_step", [1, 2])
+    worker = Worker(concurrency=2)
+    runs = queue.claim(worker.worker_id, None, limit=2)
+    worker._unstarted.extend(runs)
+    worker._release_unstarted()
+    assert set(Workflow.objects.values_list("status", "attempts", "lease_token")) == {(WorkflowStatus.PENDING, 0, None)}
+
+
+def test_claim_plan__is_an_index_scan_that_stops_early__with_a_deep_backlog_and_stale_statistics():
+    # The statistics are those migrate left (an empty table); 10,000 rows arrive since.
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE workflows")
+    start_workflows("perf_one_step", range(10_000))
+    statement, params = queue.claim_statement("w", None, 4)
+    with connection.cursor() as cursor:
+        cursor.execute("EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) " + statement, params)
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+    assert "Index Scan using idx_workflows_claim" in plan, plan
+    assert "Sort" not in plan and "Bitmap" not in plan, plan

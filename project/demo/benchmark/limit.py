@@ -1,0 +1,108 @@
+"""The limit: what a bare psycopg loop gets out of the same PostgreSQL.
+
+A table with nothing but an id, a status and a payload; each worker thread
+claims one job with ``FOR UPDATE SKIP LOCKED`` and completes it in a single
+autocommit statement (one transaction per job). The three-transaction variant
+claims, writes one step row and completes in three statements, as the smallest
+durable shape of a job with a checkpoint. No Django, no ORM, prepared
+statements after a few runs (psycopg's default): every figure of the benchmark
+is reported as a ratio of these.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import threading
+from typing import Any
+
+import psycopg
+from psycopg.types.json import Jsonb
+
+SETUP = (
+    "DROP TABLE IF EXISTS bench_limit_steps, bench_limit_jobs",
+    "CREATE TABLE bench_limit_jobs (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, "
+    "status text NOT NULL DEFAULT 'pending', payload jsonb, finished_at timestamptz)",
+    "CREATE INDEX bench_limit_jobs_pending ON bench_limit_jobs (id) WHERE status = 'pending'",
+    "CREATE TABLE bench_limit_steps (job_id bigint NOT NULL, step_number integer NOT NULL, output jsonb, "
+    "PRIMARY KEY (job_id, step_number))",
+)
+FILL = "INSERT INTO bench_limit_jobs (payload) SELECT jsonb_build_object('n', g) FROM generate_series(1, %s) g"
+
+NEXT = "SELECT id FROM bench_limit_jobs WHERE status = 'pending' ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED"
+CLAIM_AND_COMPLETE = (
+    f"UPDATE bench_limit_jobs SET status = 'done', finished_at = clock_timestamp() WHERE id = ({NEXT}) RETURNING id"
+)
+CLAIM = f"UPDATE bench_limit_jobs SET status = 'running' WHERE id = ({NEXT}) RETURNING id, payload"
+STEP = "INSERT INTO bench_limit_steps (job_id, step_number, output) VALUES (%s, 1, %s)"
+COMPLETE = "UPDATE bench_limit_jobs SET status = 'done', finished_at = clock_timestamp() WHERE id = %s"
+
+VARIANTS = ("one_transaction", "three_transactions")
+
+#: Count and steady-state rate of finished rows: 90% of them over the time
+#: between the 5th and the 95th percentile of ``finished_at``, so that start-up
+#: (processes waking, the enqueuing process still busy) and the last stragglers
+#: weigh the same in short and long runs, for the limit and the workers alike.
+STEADY_RATE = (
+    "SELECT count(*), 0.9 * count(*) / nullif(extract(epoch FROM "
+    "percentile_disc(0.95) WITHIN GROUP (ORDER BY finished_at) - "
+    "percentile_disc(0.05) WITHIN GROUP (ORDER BY finished_at)), 0)::float8 "
+    "FROM {table} WHERE {where}"
+)
+
+
+def prepare(conninfo: str, jobs: int) -> None:
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        for statement in SETUP:
+            conn.execute(statement)
+        conn.execute(FILL, [jobs])
+        conn.execute("VACUUM ANALYZE bench_limit_jobs")
+
+
+def _drain(conninfo: str, variant: str) -> None:
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        if variant == "one_transaction":
+            while conn.execute(CLAIM_AND_COMPLETE).fetchone() is not None:
+                pass
+            return
+        while (row := conn.execute(CLAIM).fetchone()) is not None:
+            conn.execute(STEP, [row[0], Jsonb(row[1])])
+            conn.execute(COMPLETE, [row[0]])
+
+
+def _process(conninfo: str, variant: str, threads: int, ready: Any, go: Any) -> None:
+    # Connect before the start signal so connection set-up is not timed.
+    psycopg.connect(conninfo).close()
+    ready.wait()
+    go.wait()
+    workers = [threading.Thread(target=_drain, args=(conninfo, variant)) for _ in range(threads)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+
+
+def measure(conninfo: str, *, jobs: int, processes: int, threads: int, variant: str) -> float:
+    """Jobs per second of ``processes`` x ``threads`` loops draining ``jobs`` jobs."""
+    if variant not in VARIANTS:
+        raise ValueError(variant)
+    prepare(conninfo, jobs)
+    context = multiprocessing.get_context("spawn")
+    ready = context.Barrier(processes + 1)
+    go = context.Event()
+    children = [
+        context.Process(target=_process, args=(conninfo, variant, threads, ready, go)) for _ in range(processes)
+    ]
+    for child in children:
+        child.start()
+    ready.wait()
+    go.set()
+    for child in children:
+        child.join()
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        query = STEADY_RATE.format(table="bench_limit_jobs", where="status = 'done'")
+        done, rate = conn.execute(query).fetchone()  # type: ignore[misc]
+        for statement in ("DROP TABLE bench_limit_steps", "DROP TABLE bench_limit_jobs"):
+            conn.execute(statement)
+    if any(child.exitcode for child in children) or done != jobs or not rate:
+        raise RuntimeError(f"the limit loop finished {done} of {jobs} jobs")
+    return float(rate)

@@ -1,0 +1,23 @@
+"""The workflow the benchmark runs: ``steps`` no-op steps, so that what is
+measured is the engine (claim, checkpoints, completion), not user code."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from orchestration import workflow
+
+WORKFLOW_TYPE = "benchmark"
+#: Type of the pre-loaded finished rows; no worker registers it, so none is ever claimed.
+HISTORY_TYPE = "benchmark_history"
+STEP_NAMES = tuple(f"step {n}" for n in range(1, 101))
+
+
+def _noop() -> None:
+    return None
+
+
+@workflow(WORKFLOW_TYPE, max_retries=0)
+def benchmark(ctx: Any, data: dict[str, Any]) -> None:
+    for n in range(data.get("steps", 1)):
+        ctx.step(STEP_NAMES[n] if n < len(STEP_NAMES) else f"step {n + 1}", _noop)

@@ -1,0 +1,68 @@
+"""``manage.py benchmark``: see ``project.demo.benchmark.runner``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from project.demo.benchmark.report import render
+from project.demo.benchmark.runner import Benchmark, Options
+
+
+def _positive(value: str) -> int:
+    number = int(value.replace("_", ""))
+    if number < 1:
+        raise ValueError(value)
+    return number
+
+
+class Command(BaseCommand):
+    help = (
+        "Measure enqueue rates, workflows/s with real runworkers processes, enqueue-to-start latency and worker "
+        "memory, each beside the limit a bare psycopg loop reaches on the same PostgreSQL. Runs in scratch "
+        "databases it creates and drops."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        defaults = Options()
+        parser.add_argument("--workflows", type=_positive, default=defaults.workflows, help="workflows a measurement")
+        parser.add_argument("--steps", type=_positive, default=defaults.steps, help="steps of the multi-step run")
+        parser.add_argument("--processes", type=_positive, default=defaults.processes, help="runworkers processes")
+        parser.add_argument("--threads", type=_positive, default=defaults.threads, help="--concurrency of each")
+        parser.add_argument(
+            "--finished-rows", type=_positive, default=defaults.finished_rows, help="finished workflows pre-loaded"
+        )
+        parser.add_argument("--backlog", type=_positive, default=defaults.backlog, help="workflows of the backlog run")
+        parser.add_argument("--latency-samples", type=_positive, default=defaults.latency_samples)
+        parser.add_argument("--single-enqueues", type=_positive, default=defaults.single_enqueues)
+        parser.add_argument("--repeat", type=_positive, default=defaults.repeat, help="rounds; medians are reported")
+        parser.add_argument("--rss-concurrency", type=_positive, default=defaults.rss_concurrency)
+        parser.add_argument(
+            "--worker-args", default="", help='extra runworkers options, e.g. "--no-listen --poll-interval 0.1"'
+        )
+        parser.add_argument("--keep", action="store_true", help="keep the scratch databases for inspection")
+        parser.add_argument("--json", action="store_true", help="print only the JSON lines")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        settings = Options(
+            workflows=options["workflows"],
+            steps=options["steps"],
+            processes=options["processes"],
+            threads=options["threads"],
+            finished_rows=options["finished_rows"],
+            backlog=options["backlog"],
+            latency_samples=options["latency_samples"],
+            single_enqueues=options["single_enqueues"],
+            repeat=options["repeat"],
+            rss_concurrency=options["rss_concurrency"],
+            worker_args=options["worker_args"].split(),
+            keep=options["keep"],
+        )
+        quiet = options["json"]
+        benchmark = Benchmark(settings, say=(lambda line: None) if quiet else self.stderr.write)
+        try:
+            figures = benchmark.run()
+        except RuntimeError as exc:
+            raise CommandError(str(exc)) from exc
+        self.stdout.write(render(figures, benchmark.plan, settings, benchmark.server, json_only=quiet))

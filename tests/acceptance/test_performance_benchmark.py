@@ -1,0 +1,60 @@
+"""``manage.py benchmark`` runs end to end (tiny numbers: what is checked is
+that every figure comes out and nothing is left behind, not the figures)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from django.db import connection
+
+from tests.conftest import ROOT, worker_env
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+SMALL = [
+    "--workflows", "60", "--steps", "2", "--processes", "1", "--threads", "2", "--finished-rows", "2000",
+    "--backlog", "100", "--latency-samples", "10", "--single-enqueues", "10", "--repeat", "1",
+    "--rss-concurrency", "2",
+]  # fmt: skip
+
+
+def scratch_databases() -> set[str]:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT datname FROM pg_database WHERE datname LIKE 'orchestration_benchmark_%%'")
+        return {row[0] for row in cursor.fetchall()}
+
+
+def test_benchmark__prints_every_figure_as_a_table_and_json_lines_and_drops_its_databases():
+    before = scratch_databases()
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "manage.py"), "benchmark", *SMALL],
+        cwd=ROOT,
+        env=worker_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr[-3000:]
+    lines = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+    configuration, figures = lines[0]["configuration"], {line["metric"]: line for line in lines[1:]}
+    assert configuration["workflows"] == 60 and configuration["server_version"]
+    for metric in (
+        "limit: psycopg loop, 1 transaction a job (1 processes x 2 threads)",
+        "limit: psycopg loop, 3 transactions a job",
+        "enqueue, start_workflow() one at a time",
+        "enqueue, start_workflows() of 100",
+        "one-step workflows, runworkers",
+        "2-step workflows, runworkers",
+        "one-step, draining a 100 backlog",
+        "one-step, 2000 finished rows in the table",
+        "enqueue-to-start p50 (1 x 2 idle threads)",
+        "enqueue-to-start p99",
+        "peak RSS, runworkers --concurrency 2",
+    ):
+        assert figures[metric]["value"] > 0, metric
+    assert figures["one-step workflows, runworkers"]["ratio"] > 0
+    assert "measurement" in result.stdout and "Index Scan using idx_workflows_claim" in result.stdout
+    assert scratch_databases() == before

@@ -40,3 +40,7 @@ PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 # Several test runs can share one server when each names its own test database.
 if os.environ.get("TEST_DATABASE_NAME"):
     DATABASES["default"]["TEST"] = {"NAME": os.environ["TEST_DATABASE_NAME"]}
+
+# A second alias, with a test database of its own, for the tests of ORCHESTRATION["DATABASE"].
+_default_test_name = DATABASES["default"].get("TEST", {}).get("NAME") or f"test_{DATABASES['default']['NAME']}"
+DATABASES["queue"] = {**DATABASES["default"], "TEST": {"NAME": f"{_default_test_name}_queue"}}

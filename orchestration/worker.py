@@ -114,9 +114,10 @@ class Worker:
         """Run until stopped (or, with ``burst``, until nothing is due); return the exit status."""
         in_main_thread = threading.current_thread() is threading.main_thread()
         # Django, the apps and their modules are loaded: the cyclic garbage
-        # collector need not walk them again. Measured, its full collections
-        # were a fifth of a busy worker's CPU.
+        # collector need not walk them again. Measured, its passes over them
+        # were about 30% of a busy worker's CPU.
         gc.freeze()
+        self._check_pool()
         previous_handlers = self._install_signal_handlers() if in_main_thread else {}
         logger.info(
             "worker %s starting: %d threads, queues %s%s",
@@ -151,6 +152,22 @@ class Worker:
             connections.close_all()
         logger.info("worker %s stopped: %d completed, %d failed attempts", self.worker_id, self.completed, self.failed)
         return 0
+
+    def _check_pool(self) -> None:
+        """Each thread keeps its connection: a smaller Django pool starves threads."""
+        pool = getattr(connections[conf.DATABASE], "pool", None)
+        needed = self.concurrency + 4  # the heartbeat, the sweeper, the listener, the scheduler
+        if pool is not None and pool.max_size < needed:
+            logger.warning(
+                "worker %s: the connection pool of database %r holds %d connections, but %d threads and the "
+                "services need %d; threads will wait for one. Raise OPTIONS['pool']['max_size'] or lower "
+                "--concurrency.",
+                self.worker_id,
+                conf.DATABASE,
+                pool.max_size,
+                self.concurrency,
+                needed,
+            )
 
     def stop(self) -> None:
         """Ask the process to stop as a first SIGTERM would."""

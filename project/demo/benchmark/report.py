@@ -27,7 +27,8 @@ def render(
         f"orchestration benchmark: {options.processes} runworkers processes x {options.threads} threads, "
         f"{options.workflows} workflows a measurement, median of {options.repeat} rounds",
         f"PostgreSQL {server.get('server_version')} (autovacuum {server.get('autovacuum')}, synchronous_commit "
-        f"{server.get('synchronous_commit')}), {server.get('cpus')} CPUs, Python {platform.python_version()}",
+        f"{server.get('synchronous_commit')}), {server.get('cpus')} CPUs, Python {platform.python_version()}"
+        + (f"; the benchmark ran VACUUM every {options.vacuum_every:g}s" if options.vacuum_every else ""),
         "",
         f"{'measurement':<{width}}  {'value':>12}  {'unit':<12}  {'ratio':>6}  {'target':<9}  met",
     ]

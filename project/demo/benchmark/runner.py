@@ -21,6 +21,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
@@ -56,6 +57,8 @@ class Options:
     rss_concurrency: int = 8
     worker_args: list[str] = field(default_factory=list)
     keep: bool = False
+    #: VACUUM the scratch tables this often (seconds; 0: never), for a server whose autovacuum is off.
+    vacuum_every: float = 0
 
 
 @dataclass
@@ -109,6 +112,7 @@ class Benchmark:
         with self.empty.created(keep=opts.keep), self.loaded.created(keep=opts.keep):
             self.say(f"scratch databases {self.empty.name}, {self.loaded.name}; worker logs in {self.log_dir}")
             self.server = self.empty.server_facts()
+            stop_vacuum = self._vacuum_in_background()
             self._enqueue_single()
             self._load_finished_rows()
             with (
@@ -126,7 +130,29 @@ class Benchmark:
                     "peak RSS of a worker process", max(empty.peak_rss_mb()), "MB", samples=empty.peak_rss_mb()
                 )
             self._rss_at_concurrency()
+            stop_vacuum()
         return list(self.figures.values())
+
+    def _vacuum_in_background(self) -> Callable[[], None]:
+        """With ``vacuum_every``, stand in for an autovacuum that is off."""
+        stop = threading.Event()
+
+        def vacuum() -> None:
+            while not stop.wait(self.options.vacuum_every):
+                for database in (self.empty, self.loaded):
+                    with contextlib.suppress(psycopg.Error):
+                        database.execute("VACUUM workflows, workflow_steps")
+
+        thread = threading.Thread(target=vacuum, name="benchmark-vacuum", daemon=True)
+        if self.options.vacuum_every > 0:
+            thread.start()
+
+        def stop_vacuum() -> None:
+            stop.set()
+            if thread.is_alive():
+                thread.join()
+
+        return stop_vacuum
 
     def _round(self) -> list[tuple[str, Callable[[], float]]]:
         opts = self.options

@@ -41,6 +41,9 @@ class Command(BaseCommand):
         parser.add_argument(
             "--worker-args", default="", help='extra runworkers options, e.g. "--no-listen --poll-interval 0.1"'
         )
+        parser.add_argument(
+            "--vacuum-every", type=float, default=0, help="VACUUM the scratch tables every S seconds (autovacuum off)"
+        )
         parser.add_argument("--keep", action="store_true", help="keep the scratch databases for inspection")
         parser.add_argument("--json", action="store_true", help="print only the JSON lines")
 
@@ -58,6 +61,7 @@ class Command(BaseCommand):
             rss_concurrency=options["rss_concurrency"],
             worker_args=options["worker_args"].split(),
             keep=options["keep"],
+            vacuum_every=options["vacuum_every"],
         )
         quiet = options["json"]
         benchmark = Benchmark(settings, say=(lambda line: None) if quiet else self.stderr.write)

@@ -26,8 +26,8 @@ from .sql import insert_workflows, notify_new_work
 from .validation import (
     to_json_text,
     to_json_value,
+    validate_event_name,
     validate_options,
-    validate_step_name,
     validate_timeout,
     validate_workflow_type,
 )
@@ -144,7 +144,7 @@ def send_event(workflow: WorkflowRef, name: str, payload: Any = None) -> Workflo
     consumes it, so it may be sent before the workflow waits. A workflow
     waiting for it is woken at once.
     """
-    validate_step_name(name)
+    validate_event_name(name)
     workflow_id = _workflow_id(workflow)
     value = to_json_value(payload, f"The payload of event {name!r}")
     alias = conf.DATABASE
@@ -213,9 +213,16 @@ def cancel_workflow(workflow: WorkflowRef, reason: str = "Cancelled.") -> Workfl
             ),
             notify=False,
         )
-        WorkflowStep.objects.using(alias).filter(workflow_id=workflow_id, status=StepStatus.RUNNING).update(
+        steps = WorkflowStep.objects.using(alias).filter(workflow_id=workflow_id)
+        steps.filter(status=StepStatus.RUNNING).update(
             status=StepStatus.FAILED,
             error_message=f"Workflow cancelled while this step ran: {reason}",
+            completed_at=Now(),
+        )
+        # A wait (timer, event, children) recorded but not over ends here too.
+        steps.filter(status=StepStatus.PENDING).update(
+            status=StepStatus.FAILED,
+            error_message=f"Workflow cancelled while it waited: {reason}",
             completed_at=Now(),
         )
     return result

@@ -24,7 +24,7 @@ from .errors import (
     WorkflowCancelled,
 )
 from .models import StepStatus, WorkflowStatus
-from .validation import to_json_value, to_timedelta, validate_step_name
+from .validation import to_json_value, to_timedelta, validate_event_name, validate_step_name
 
 logger = logging.getLogger(__name__)
 
@@ -171,6 +171,7 @@ class WorkflowContext:
         ``timeout`` (seconds or timedelta), ``EventTimeout`` is raised when it
         passes first; uncaught, it fails the workflow without retries.
         """
+        validate_event_name(name)
         limit = None
         if timeout is not None:
             limit = to_timedelta(timeout, f"ctx.wait_for_event({name!r}) timeout", allow_zero=True)

@@ -100,6 +100,18 @@ def validate_step_name(name: Any) -> None:
         raise InvalidWorkflowInput(f"Step name {name[:40]!r}... is longer than {STEP_NAME_MAX_LENGTH} characters.")
 
 
+#: An event's name, with the "event: " prefix, must fit ``workflows.waiting_for``,
+#: which is how ``send_event`` finds the workflow that waits for it.
+EVENT_NAME_MAX_LENGTH = 150
+
+
+def validate_event_name(name: Any) -> None:
+    if not isinstance(name, str) or not name:
+        raise InvalidWorkflowInput(f"An event name must be a non-empty string, not {name!r}.")
+    if len(name) > EVENT_NAME_MAX_LENGTH:
+        raise InvalidWorkflowInput(f"Event name {name[:40]!r}... is longer than {EVENT_NAME_MAX_LENGTH} characters.")
+
+
 def to_timedelta(value: Any, what: str, *, allow_zero: bool = False) -> datetime.timedelta:
     """Seconds (int or float) or a timedelta, as a timedelta; rejects negatives (and zero unless allowed)."""
     if isinstance(value, int | float) and not isinstance(value, bool):

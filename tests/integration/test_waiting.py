@@ -6,7 +6,7 @@ import time
 import pytest
 from django.utils import timezone
 
-from orchestration import InvalidTransition, send_event, start_workflow
+from orchestration import InvalidTransition, cancel_workflow, send_event, start_workflow
 from orchestration.models import Workflow, WorkflowEvent, WorkflowStep
 from tests.conftest import drain
 from tests.testapp.models import LedgerEntry, StepRun
@@ -166,3 +166,19 @@ def test_start_workflow__timeout_sets_the_deadline_and_rejects_bad_values():
     assert timezone.now() + datetime.timedelta(minutes=4) < workflow.deadline
     with pytest.raises(ValueError, match="timeout"):
         start_workflow("three_steps", timeout=-1)
+
+
+def test_send_event__refuses_a_name_too_long_to_be_waited_for():
+    workflow = start_workflow("awaits_approval")
+    with pytest.raises(ValueError, match="longer than 150 characters"):
+        send_event(workflow.pk, "x" * 151, {})
+    assert not WorkflowEvent.objects.exists()
+
+
+def test_cancel__a_waiting_workflow_ends_its_wait_step():
+    workflow = start_workflow("awaits_approval")
+    assert drain() == ["waiting"]
+    cancel_workflow(workflow, "no longer needed")
+    step = WorkflowStep.objects.get(workflow=workflow, step_number=1)
+    assert (step.status, step.error_message) == ("failed", "Workflow cancelled while it waited: no longer needed")
+    assert step.completed_at is not None

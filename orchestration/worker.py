@@ -419,11 +419,18 @@ class Worker:
             connections.close_all()
 
     def _notifications_arrive(self, pg: Any) -> bool:
-        """Send ourselves a notification and wait for it. Behind a pooler in
-        transaction mode LISTEN succeeds, but on a server connection that goes
-        back to the pool at once, and nothing ever arrives."""
+        """Notify from another connection and wait for it here. Behind a pooler
+        in transaction mode LISTEN succeeds, but on a server connection that
+        goes back to the pool at once, and nothing ever arrives. (Notifying
+        from this connection could borrow that very server connection, and
+        deliver the notification to us once, by chance.)"""
         probe = f"probe:{self.worker_id}"
-        pg.execute("SELECT pg_notify(%s, %s)", [NOTIFY_CHANNEL, probe])
+        sender = connections.create_connection(conf.DATABASE)
+        try:
+            with sender.cursor() as cursor:
+                cursor.execute("SELECT pg_notify(%s, %s)", [NOTIFY_CHANNEL, probe])
+        finally:
+            sender.close()
         for notice in pg.notifies(timeout=5.0):
             if notice.payload == probe:
                 return True

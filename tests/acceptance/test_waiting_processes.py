@@ -110,3 +110,26 @@ def test_deadline__cancels_a_running_workflow_at_its_next_step_boundary_with_the
     assert all(step.started_at < workflow.deadline for step in steps), "no step starts past the deadline"
     assert workflow.finished_at >= workflow.deadline
     assert timezone.now() - workflow.finished_at < datetime.timedelta(seconds=30)
+
+
+def test_event_sent_before_the_wait__is_received_by_a_worker_process():
+    workflow = start_workflow("awaits_approval")
+    send_event(workflow.pk, "approval", {"early": True})
+    result = run_burst()
+    assert result.returncode == 0, result.stdout + result.stderr
+    workflow.refresh_from_db()
+    assert (workflow.status, workflow.output_data) == ("completed", {"decision": {"early": True}})
+
+
+def test_event_wait_timeout__fails_the_workflow_in_a_worker_process(workers):
+    workflow = start_workflow("awaits_approval", {"timeout": 1})
+    workers.append(start_workers("--concurrency", "1", "--poll-interval", "0.2"))
+    assert wait_for(lambda: Workflow.objects.get(pk=workflow.pk).status == "failed", timeout=30)
+    assert Workflow.objects.get(pk=workflow.pk).error_message.startswith("EventTimeout")
+
+
+def test_a_failed_child__fails_its_parent_in_worker_processes(workers):
+    parent = start_workflow("fan_out", {"children": 3, "child": "permanent_failure"})
+    workers.append(start_workers("--concurrency", "2", "--poll-interval", "0.2"))
+    assert wait_for(lambda: Workflow.objects.get(pk=parent.pk).status == "failed", timeout=60)
+    assert "ChildWorkflowFailed" in Workflow.objects.get(pk=parent.pk).error_message

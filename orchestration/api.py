@@ -214,17 +214,9 @@ def cancel_workflow(workflow: WorkflowRef, reason: str = "Cancelled.") -> Workfl
             notify=False,
         )
         steps = WorkflowStep.objects.using(alias).filter(workflow_id=workflow_id)
-        steps.filter(status=StepStatus.RUNNING).update(
-            status=StepStatus.FAILED,
-            error_message=f"Workflow cancelled while this step ran: {reason}",
-            completed_at=Now(),
-        )
+        steps.filter(status=StepStatus.RUNNING).fail(f"Workflow cancelled while this step ran: {reason}")
         # A wait (timer, event, children) recorded but not over ends here too.
-        steps.filter(status=StepStatus.PENDING).update(
-            status=StepStatus.FAILED,
-            error_message=f"Workflow cancelled while it waited: {reason}",
-            completed_at=Now(),
-        )
+        steps.filter(status=StepStatus.PENDING).fail(f"Workflow cancelled while it waited: {reason}")
     return result
 
 
@@ -312,9 +304,7 @@ def requeue_stuck(workflow: WorkflowRef, stuck_after: float | None = None) -> Wo
             requirement=f"a running workflow with no heartbeat for {stuck_after:g} seconds",
             changes=dict(status=WorkflowStatus.PENDING, lease_token=None, run_after=None, error_message=reason),
         )
-        WorkflowStep.objects.using(alias).filter(workflow_id=workflow_id, status=StepStatus.RUNNING).update(
-            status=StepStatus.FAILED, error_message=reason, completed_at=Now()
-        )
+        WorkflowStep.objects.using(alias).filter(workflow_id=workflow_id, status=StepStatus.RUNNING).fail(reason)
     return result
 
 

@@ -147,6 +147,12 @@ class WorkflowEvent(models.Model):
         return f"event {self.name} for {self.workflow_id}"
 
 
+class StepQuerySet(models.QuerySet["WorkflowStep"]):
+    def fail(self, message: str) -> int:
+        """Mark these steps failed with ``message`` (their result will never be recorded)."""
+        return self.update(status=StepStatus.FAILED, error_message=message, completed_at=Now())
+
+
 class WorkflowStep(models.Model):
     id = models.BigAutoField(primary_key=True)
     # Indexed by the seed's (workflow_id, step_number) index and unique constraint.
@@ -167,6 +173,8 @@ class WorkflowStep(models.Model):
     error_message = models.TextField(null=True, blank=True)
     # How many times the step body was started (at least once semantics).
     attempts = models.IntegerField(default=0, db_default=0)
+
+    objects = StepQuerySet.as_manager()
 
     class Meta:
         db_table = "workflow_steps"

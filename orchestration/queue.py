@@ -29,9 +29,9 @@ from django.db.models.functions import Now
 from . import sql
 from .conf import conf
 from .errors import LeaseLost, WorkflowCancelled
-from .models import StepStatus, Workflow, WorkflowStatus, WorkflowStep
+from .models import FINISHED_STATUSES, StepStatus, Workflow, WorkflowEvent, WorkflowStatus, WorkflowStep
 from .retry import backoff_seconds, should_retry
-from .sql import try_reclaim_lock
+from .sql import notify_new_work, try_reclaim_lock
 
 logger = logging.getLogger(__name__)
 
@@ -224,9 +224,7 @@ def complete_step_deferred(run: ClaimedRun, number: int, output: Any) -> None:
 def fail_step(run: ClaimedRun, number: int, message: str) -> None:
     with transaction.atomic(using=conf.DATABASE):
         _fence(run)
-        _steps().filter(workflow_id=run.id, step_number=number).update(
-            status=StepStatus.FAILED, error_message=message, completed_at=Now()
-        )
+        _steps().filter(workflow_id=run.id, step_number=number).fail(message)
 
 
 def complete_workflow(run: ClaimedRun, output: Any) -> None:
@@ -265,10 +263,8 @@ def release(run: ClaimedRun) -> None:
     """Give the workflow back to pending on shutdown; the attempt is not spent."""
     with transaction.atomic(using=conf.DATABASE):
         _fence(run, status=WorkflowStatus.PENDING, lease_token=None, attempts=F("attempts") - 1)
-        _steps().filter(workflow_id=run.id, status=StepStatus.RUNNING).update(
-            status=StepStatus.FAILED,
-            error_message="released: the worker shut down during this step",
-            completed_at=Now(),
+        _steps().filter(workflow_id=run.id, status=StepStatus.RUNNING).fail(
+            "released: the worker shut down during this step"
         )
 
 
@@ -327,9 +323,7 @@ def _reclaim_one(row: dict[str, Any], report: ReclaimReport) -> None:
     lost_step = row["current_step"] + 1
     deaths = row["worker_deaths"] + 1 if row["lost_at_step"] == lost_step else 1
     reason = f"{WORKER_LOST}: {row['worker_id'] or 'a worker'} stopped heartbeating during step {lost_step}"
-    _steps().filter(workflow_id=row["id"], status=StepStatus.RUNNING).update(
-        status=StepStatus.FAILED, error_message=reason, completed_at=Now()
-    )
+    _steps().filter(workflow_id=row["id"], status=StepStatus.RUNNING).fail(reason)
     common: dict[str, Any] = dict(lease_token=None, worker_deaths=deaths, lost_at_step=lost_step, updated_at=Now())
     rows = _workflows().filter(pk=row["id"], status=WorkflowStatus.RUNNING)
     if deaths >= conf.MAX_WORKER_DEATHS:
@@ -393,10 +387,7 @@ def suspend(
 def take_event(run: ClaimedRun, number: int, name: str) -> tuple[bool, Any]:
     """Consume the oldest unconsumed event ``name`` and checkpoint it as step
     ``number`` in one transaction. Returns (found, payload)."""
-    from .models import WorkflowEvent
-
     with transaction.atomic(using=conf.DATABASE):
-        _fence(run)
         event = (
             WorkflowEvent.objects.using(conf.DATABASE)
             .select_for_update()
@@ -408,17 +399,12 @@ def take_event(run: ClaimedRun, number: int, name: str) -> tuple[bool, Any]:
         if event is None:
             return False, None
         WorkflowEvent.objects.using(conf.DATABASE).filter(pk=event["id"]).update(consumed_by_step=number)
-        output = {"event_id": event["id"], "payload": event["payload"]}
-        _fence(run, current_step=number, worker_deaths=0, lost_at_step=None)
-        _steps().filter(workflow_id=run.id, step_number=number).update(
-            status=StepStatus.COMPLETED, output_data=output, completed_at=Now(), error_message=None
-        )
+        # Fenced: a lost lease rolls the consumption back with the checkpoint.
+        complete_step(run, number, {"event_id": event["id"], "payload": event["payload"]})
         return True, event["payload"]
 
 
 def has_unconsumed_event(workflow_id: uuid.UUID, name: str) -> bool:
-    from .models import WorkflowEvent
-
     return bool(
         WorkflowEvent.objects.using(conf.DATABASE)
         .filter(workflow_id=workflow_id, name=name, consumed_by_step__isnull=True)
@@ -432,8 +418,6 @@ def workflow_outcomes(ids: list[uuid.UUID]) -> dict[uuid.UUID, dict[str, Any]]:
 
 
 def all_finished(ids: list[uuid.UUID]) -> bool:
-    from .models import FINISHED_STATUSES
-
     return not _workflows().filter(pk__in=ids).exclude(status__in=FINISHED_STATUSES).exists()
 
 
@@ -445,8 +429,6 @@ def wake_parent(parent_id: uuid.UUID) -> None:
         .update(run_after=None)
     )
     if woken:
-        from .sql import notify_new_work
-
         queue_name = _workflows().filter(pk=parent_id).values_list("queue", flat=True).first()
         notify_new_work(conf.DATABASE, queue_name or "default")
 
@@ -456,6 +438,4 @@ def cancel_past_deadline(run: ClaimedRun) -> None:
     message = f"Deadline exceeded: the workflow had to finish by {run.deadline.isoformat()}; cancelled."
     with transaction.atomic(using=conf.DATABASE):
         _fence(run, status=WorkflowStatus.CANCELLED, finished_at=Now(), lease_token=None, error_message=message)
-        _steps().filter(workflow_id=run.id, status=StepStatus.RUNNING).update(
-            status=StepStatus.FAILED, error_message=message, completed_at=Now()
-        )
+        _steps().filter(workflow_id=run.id, status=StepStatus.RUNNING).fail(message)

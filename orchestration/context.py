@@ -109,7 +109,7 @@ class WorkflowContext:
         The body runs at least once (again, if the worker died before the
         checkpoint was written); the checkpoint is written exactly once.
         """
-        number, done, output = self._begin(name)
+        number, done, output = self._begin(name, recorded_by_claim=True)
         if done:
             return output
         started = time.monotonic()
@@ -120,7 +120,7 @@ class WorkflowContext:
             raise
         # Written in one transaction with the run's next write (the next step's
         # start, the run's end, a wait): see queue.complete_step_deferred.
-        queue.complete_step_deferred(self._run, number, output)
+        queue.complete_step_deferred(self._run, number, name, output)
         self._completed(number, name, output, started)
         return output
 
@@ -241,13 +241,18 @@ class WorkflowContext:
 
     # -- helpers ------------------------------------------------------------
 
-    def _begin(self, name: str) -> tuple[int, bool, Any]:
+    def _begin(self, name: str, recorded_by_claim: bool = False) -> tuple[int, bool, Any]:
         """Number the next step: ``(number, True, stored output)`` when it is
-        recorded as completed, else record it running: ``(number, False, None)``."""
+        recorded as completed, else record it running: ``(number, False, None)``.
+        With ``recorded_by_claim``, a step the claim recorded running (still
+        unnamed: the caller names it with its outcome) is not recorded again."""
+        placeholder = self._run.placeholder
         number, recorded = self._next(name)
         if recorded is not None and recorded.status == StepStatus.COMPLETED:
             return number, True, recorded.output
         self._check_boundary()
+        if recorded_by_claim and number == placeholder:
+            return number, False, None
         run = self._run
         self._durable(lambda: queue.start_step(run, number, name))
         return number, False, None
@@ -257,8 +262,10 @@ class WorkflowContext:
         validate_step_name(name)
         number = self._next_number
         self._next_number += 1
+        if number == self._run.placeholder:
+            self._run.placeholder = None  # reached: whatever records this step replaces the claim's row
         recorded = self._recorded.get(number)
-        if recorded is not None and recorded.name != name:
+        if recorded is not None and recorded.name is not None and recorded.name != name:
             raise NonDeterministicWorkflow(
                 f"Non-deterministic workflow: step {number} was recorded as {recorded.name!r}, "
                 f"but this run called {name!r} there. Workflow code must call the same steps in the "
@@ -299,7 +306,7 @@ class WorkflowContext:
         self.failed_step = (number, name)
         message = f"{type(exc).__name__}: {exc}"
         run = self._run
-        self._durable(lambda: queue.fail_step(run, number, message))
+        self._durable(lambda: queue.fail_step(run, number, name, message))
         logger.info(
             'workflow %s (%s) step %d "%s" failed after %.3fs: %s',
             run.id,

@@ -148,9 +148,11 @@ class WorkflowEvent(models.Model):
 
 
 class StepQuerySet(models.QuerySet["WorkflowStep"]):
-    def fail(self, message: str) -> int:
-        """Mark these steps failed with ``message`` (their result will never be recorded)."""
-        return self.update(status=StepStatus.FAILED, error_message=message, completed_at=Now())
+    def fail(self, message: str, name: str | None = None) -> int:
+        """Mark these steps failed with ``message`` (their result will never be
+        recorded); ``name`` names a step its claim recorded unnamed."""
+        named = {"step_name": name} if name is not None else {}
+        return self.update(status=StepStatus.FAILED, error_message=message, completed_at=Now(), **named)
 
 
 class WorkflowStep(models.Model):

@@ -56,6 +56,9 @@ class ClaimedRun:
     fresh: bool = False
     #: A completed step whose checkpoint goes with the run's next write.
     checkpoint: DeferredCheckpoint | None = None
+    #: The step the claim recorded running (see ``sql.CLAIM``), until the run
+    #: reaches it; a run ending before that deletes it.
+    placeholder: int | None = None
 
 
 #: What ``claim`` returns of each row, in the order of ``ClaimedRun``'s fields.
@@ -75,12 +78,14 @@ CLAIMED_COLUMNS = (
 @dataclass(frozen=True)
 class DeferredCheckpoint:
     number: int
+    name: str
     output: Any
     returned_at: float  # time.monotonic() when the step's body returned
 
     def params(self) -> dict[str, Any]:
         return {
             "checkpoint_step": self.number,
+            "checkpoint_name": self.name,
             "checkpoint_output": json.dumps(self.output),
             "checkpoint_age": max(0.0, time.monotonic() - self.returned_at),
         }
@@ -110,14 +115,74 @@ def claim(worker_id: str, queues: list[str] | None, limit: int = 1) -> list[Clai
     """Lock up to ``limit`` due workflows, mark them running, and commit.
 
     SKIP LOCKED lets any number of workers claim side by side without ever
-    taking the same row; each row gets its own lease token. One statement: in
-    autocommit mode it is committed before any user code runs.
+    taking the same row; each row gets its own lease token. It is committed
+    before any user code runs.
     """
-    statement, params = claim_statement(worker_id, queues, limit)
-    rows = sql.run(conf.DATABASE, statement, params)
+    return finish_and_claim(worker_id, queues, [], limit)[0]
+
+
+@dataclass
+class FinishedRun:
+    """A run whose workflow function returned: its completion is written with
+    the process's next claim (see ``finish_and_claim``)."""
+
+    run: ClaimedRun
+    output: str  # the result, as JSON text
+    started: float  # time.monotonic() when the attempt began
+
+
+def finish_and_claim(
+    worker_id: str, queues: list[str] | None, finished: list[FinishedRun], limit: int
+) -> tuple[list[ClaimedRun], set[uuid.UUID]]:
+    """Complete ``finished`` and claim up to ``limit`` workflows, in one
+    transaction and one round trip; return the runs claimed and the ids of
+    the runs completed (a finished run missing from them had lost its lease,
+    and nothing of it was written).
+
+    A worker thread whose workflow returned asks for its next one at once, so
+    its completion waits for no more than that claim; the threads of a process
+    asking together share the claim, and the completions with it. A worker
+    that dies first loses the completion, and the run's last step runs again,
+    as if it had died just before an immediate write (step bodies run at
+    least once; a checkpoint is still written once).
+    """
+    if not finished and not limit:
+        return [], set()
+    statements: list[tuple[str, Any]] = [(sql.INDEX_PLANS_ONLY, None)]
+    if finished:
+        statements.append((sql.COMPLETE_MANY, _completions(sorted(finished, key=lambda item: str(item.run.id)))))
+    if limit:
+        statements.append(claim_statement(worker_id, queues, limit))
+    results = sql.run_together(conf.DATABASE, statements)
+    completed = {row[0] for row in results[1]} if finished else set()
+    for item in finished:
+        if item.run.id in completed:
+            item.run.checkpoint = None
+    return (_claimed_runs(results[-1]) if limit else []), completed
+
+
+def _completions(finished: list[FinishedRun]) -> dict[str, Any]:
+    """``sql.COMPLETE_MANY``'s parameters (rows in id order, so that two
+    batches lock rows in the same order)."""
+    checkpoints = [item.run.checkpoint for item in finished]
+    now = time.monotonic()
+    step_outputs = ",".join(json.dumps(checkpoint.output if checkpoint else None) for checkpoint in checkpoints)
+    return {
+        "ids": [item.run.id for item in finished],
+        "leases": [item.run.lease_token for item in finished],
+        "outputs": f"[{','.join(item.output for item in finished)}]",
+        "steps": [checkpoint.number if checkpoint else None for checkpoint in checkpoints],
+        "names": [checkpoint.name if checkpoint else None for checkpoint in checkpoints],
+        "step_outputs": f"[{step_outputs}]",
+        "ages": [max(0.0, now - checkpoint.returned_at) if checkpoint else 0.0 for checkpoint in checkpoints],
+    }
+
+
+def _claimed_runs(rows: list[tuple[Any, ...]]) -> list[ClaimedRun]:
     runs = []
     for *values, fresh in rows:
         run = ClaimedRun(**dict(zip(CLAIMED_COLUMNS, values, strict=True)), fresh=fresh)
+        run.placeholder = 1 if fresh else None  # step 1, recorded running by the claim (sql.CLAIM)
         if isinstance(run.input_data, str):  # Django reads jsonb as text
             run.input_data = json.loads(run.input_data)
         runs.append(run)
@@ -156,16 +221,27 @@ def recorded_steps(run: ClaimedRun) -> dict[int, RecordedStep]:
 
 def _fence(run: ClaimedRun, **changes: Any) -> None:
     """Touch the workflow row if, and only if, this run still holds it (and
-    write the run's deferred checkpoint, if any, in the same transaction)."""
+    write the run's deferred checkpoint, if any, in the same transaction, and
+    delete its unused placeholder step)."""
+    more_writes = run.checkpoint is not None or run.placeholder is not None
+    if more_writes and not connections[conf.DATABASE].in_atomic_block:
+        with transaction.atomic(using=conf.DATABASE):
+            return _fence(run, **changes)
     if run.checkpoint is not None:
-        if not connections[conf.DATABASE].in_atomic_block:
-            with transaction.atomic(using=conf.DATABASE):
-                return _fence(run, **changes)
         _fenced(run, sql.held(None, checkpoint=True) + sql.COUNT_HELD)
     held = _workflows().filter(pk=run.id, lease_token=run.lease_token, status=WorkflowStatus.RUNNING)
     if held.update(updated_at=Now(), **changes):
+        _drop_placeholder(run)
         return
     _lost(run)
+
+
+def _drop_placeholder(run: ClaimedRun) -> None:
+    """The run ends (or waits) without having reached the step its claim
+    recorded running: delete that row, which no step ever named."""
+    if run.placeholder is not None:
+        _steps().filter(workflow_id=run.id, step_number=run.placeholder, step_name__isnull=True).delete()
+        run.placeholder = None
 
 
 def _fenced(run: ClaimedRun, statement: str, **params: Any) -> None:
@@ -205,7 +281,7 @@ def complete_step(run: ClaimedRun, number: int, output: Any) -> None:
         )
 
 
-def complete_step_deferred(run: ClaimedRun, number: int, output: Any) -> None:
+def complete_step_deferred(run: ClaimedRun, number: int, name: str, output: Any) -> None:
     """Keep step ``number``'s checkpoint to write it with the run's next write:
     the next step's start, the run's end or release, a wait. Every write is
     fenced and goes through ``_fenced`` or ``_fence``, which write it first, in
@@ -218,20 +294,24 @@ def complete_step_deferred(run: ClaimedRun, number: int, output: Any) -> None:
     always. Code of the workflow function between two steps is not
     checkpointed at all, deferred or not.
     """
-    run.checkpoint = DeferredCheckpoint(number, output, time.monotonic())
+    run.checkpoint = DeferredCheckpoint(number, name, output, time.monotonic())
 
 
-def fail_step(run: ClaimedRun, number: int, message: str) -> None:
+def fail_step(run: ClaimedRun, number: int, name: str, message: str) -> None:
     with transaction.atomic(using=conf.DATABASE):
         _fence(run)
-        _steps().filter(workflow_id=run.id, step_number=number).fail(message)
+        _steps().filter(workflow_id=run.id, step_number=number).fail(message, name=name)
 
 
 def complete_workflow(run: ClaimedRun, output: Any) -> None:
     """Mark the run completed with its result (and its last step's deferred
     checkpoint) in one statement."""
+    if run.placeholder is not None and not connections[conf.DATABASE].in_atomic_block:
+        with transaction.atomic(using=conf.DATABASE):
+            return complete_workflow(run, output)
     checkpoint = run.checkpoint is not None
     _fenced(run, sql.held(sql.COMPLETED, checkpoint) + sql.COUNT_HELD, output=json.dumps(output))
+    _drop_placeholder(run)
 
 
 def fail_workflow(run: ClaimedRun, message: str, traceback: str | None, *, retryable: bool) -> float | None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import gc
+import json
 import logging
 import os
 import secrets
@@ -103,6 +104,8 @@ class Worker:
         self._unstarted: collections.deque[queue.ClaimedRun] = collections.deque()
         self._claim_lock = threading.Lock()
         self._asking = 0
+        #: Runs finished by this process's threads, to complete with the next claim.
+        self._finished: list[queue.FinishedRun] = []
         self._asking_lock = threading.Lock()
         self._service_stop = threading.Event()
         self.completed = 0
@@ -249,6 +252,7 @@ class Worker:
                     logger.exception("workflow %s: unexpected error in the worker", run.id)
                     _reset_connection()
         finally:
+            self._flush_finished()
             self._release_unstarted()
             connections.close_all()
 
@@ -258,27 +262,72 @@ class Worker:
         Threads asking at the same time share one claim query: the one that
         holds the claim lock claims a workflow for each thread asking, each
         with its own lease, and the others take theirs from ``_unstarted``.
-        A busy process thus sends one claim for several workflows, and never
-        claims more than it has threads ready to run them.
+        The same transaction completes every run the threads finished since
+        the last claim (``queue.finish_and_claim``). A busy process thus sends
+        one statement for several workflows, and never claims more than it
+        has threads ready to run them.
         """
         with self._asking_lock:
             self._asking += 1
         try:
             with self._claim_lock:
-                if self._unstarted:
-                    return self._unstarted.popleft()
-                if self.stopping.is_set():
-                    return None
                 with self._asking_lock:
+                    finished, self._finished = self._finished, []
                     wanted = self._asking
-                runs = queue.claim(self.worker_id, self.queues, limit=wanted)
-                with self._held_lock:  # heartbeated and released on shutdown from now on
-                    self._held.update((run.lease_token, run) for run in runs)
-                self._unstarted.extend(runs[1:])
-                return runs[0] if runs else None
+                if not finished and self._unstarted:
+                    return self._unstarted.popleft()
+                wanted = 0 if self.stopping.is_set() else max(0, wanted - len(self._unstarted))
+                self._finish_and_claim(finished, wanted)
+                if self.stopping.is_set() or not self._unstarted:
+                    return None
+                return self._unstarted.popleft()
         finally:
             with self._asking_lock:
                 self._asking -= 1
+
+    def _finish_and_claim(self, finished: list[queue.FinishedRun], wanted: int) -> None:
+        """With the claim lock held: complete ``finished``, claim ``wanted``."""
+        if not finished and not wanted:
+            return
+        try:
+            runs, completed = queue.finish_and_claim(self.worker_id, self.queues, finished, wanted)
+        except BaseException:
+            with self._asking_lock:  # written by the next claim, or released with the rest on shutdown
+                self._finished[:0] = finished
+            raise
+        with self._held_lock:
+            for item in finished:
+                self._held.pop(item.run.lease_token, None)
+            self._held.update((run.lease_token, run) for run in runs)  # heartbeated, released on shutdown
+        self._unstarted.extend(runs)
+        for item in finished:
+            if item.run.id in completed:
+                self.completed += 1
+                _log_completed(item.run, item.started)
+            else:
+                item.run.lost.set()
+                logger.warning(
+                    "workflow %s (%s) stopped: no longer held by this worker (cancelled or reclaimed); "
+                    "its completion was not written",
+                    item.run.id,
+                    item.run.workflow_type,
+                )
+
+    def _finish(self, item: queue.FinishedRun) -> None:
+        with self._asking_lock:
+            self._finished.append(item)
+
+    def _flush_finished(self) -> None:
+        """Complete what is left to complete, claiming nothing (a thread stopping)."""
+        with self._claim_lock:
+            with self._asking_lock:
+                finished, self._finished = self._finished, []
+            try:
+                self._finish_and_claim(finished, 0)
+            except DatabaseError:
+                logger.exception(
+                    "worker %s: could not complete finished workflows; they will be released", self.worker_id
+                )
 
     def _release_unstarted(self) -> None:
         """Give back, without spending an attempt, what was claimed for threads that stopped."""
@@ -307,11 +356,15 @@ class Worker:
     def _execute_held(self, run: queue.ClaimedRun) -> None:
         with self._held_lock:
             self._held[run.lease_token] = run
+        outcome = "abandoned"
         try:
-            outcome = execute(run, should_release=self.stopping.is_set, durable=self._durable_for(run))
+            outcome = execute(
+                run, should_release=self.stopping.is_set, durable=self._durable_for(run), finish_later=self._finish
+            )
         finally:
-            with self._held_lock:
-                self._held.pop(run.lease_token, None)
+            if outcome != "finishing":  # held until its completion is written
+                with self._held_lock:
+                    self._held.pop(run.lease_token, None)
         if outcome == "completed":
             self.completed += 1
         elif outcome in ("failed", "retrying"):
@@ -443,11 +496,15 @@ def execute(
     *,
     should_release: Callable[[], bool] = lambda: False,
     durable: Callable[[Callable[[], Any]], Any] | None = None,
+    finish_later: Callable[[queue.FinishedRun], None] | None = None,
 ) -> str:
     """Run one claimed attempt of a workflow and record its outcome.
 
     Returns ``completed``, ``retrying``, ``failed``, ``released`` or ``abandoned``
     (the lease was lost or the workflow cancelled: nothing more is written).
+    With ``finish_later``, a run that returned and has no parent to wake is
+    handed to it instead of being completed here, and ``finishing`` returned:
+    the worker writes its completion with its next claim.
     Never raises for anything the workflow does.
     """
     write = durable or (lambda fn: fn())
@@ -461,6 +518,9 @@ def execute(
         ctx = WorkflowContext(run, recorded, should_release=should_release, durable=write)
         result = definition.function(ctx, run.input_data)
         output = to_json_value(result, f"The return value of workflow {run.workflow_type!r}")
+        if finish_later is not None and run.parent_id is None and run.placeholder is None:
+            finish_later(queue.FinishedRun(run, json.dumps(output), started))
+            return "finishing"
         write(lambda: queue.complete_workflow(run, output))
     except (LeaseLost, WorkflowCancelled) as exc:
         logger.warning("workflow %s (%s) stopped: %s", run.id, run.workflow_type, exc)
@@ -482,6 +542,11 @@ def execute(
             _wake_parent(run, write)
         return outcome
     _wake_parent(run, write)
+    _log_completed(run, started)
+    return "completed"
+
+
+def _log_completed(run: queue.ClaimedRun, started: float) -> None:
     logger.info(
         "workflow %s (%s) completed in %.3fs (attempt %d)",
         run.id,
@@ -489,7 +554,6 @@ def execute(
         time.monotonic() - started,
         run.attempts,
     )
-    return "completed"
 
 
 def _settle(

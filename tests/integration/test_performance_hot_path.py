@@ -4,13 +4,15 @@ trips, and a claim plan that stays an index scan."""
 
 from __future__ import annotations
 
+import datetime
 from typing import Any
 
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 
-from orchestration import queue, start_workflow, start_workflows, workflow
+from orchestration import queue, sql, start_workflow, start_workflows, workflow
 from orchestration.errors import WorkflowCancelled
 from orchestration.models import StepStatus, Workflow, WorkflowStatus, WorkflowStep
 from orchestration.worker import Worker, execute
@@ -79,20 +81,23 @@ def test_claim__of_a_workflow_never_run__reads_no_steps_and_one_with_steps_reads
     assert queue.recorded_steps(runs[recorded.pk])[1].output == "stored"
 
 
-def test_one_step_workflow__runs_in_two_statements_after_its_claim():
-    start_workflow("perf_one_step")
+def test_one_step_workflow__runs_in_one_statement_after_its_claim():
+    workflow_ = start_workflow("perf_one_step")
     (run,) = queue.claim("w", None)
+    assert steps_of(workflow_.pk) == {1: StepStatus.RUNNING}  # recorded running by the claim
     with CaptureQueriesContext(connection) as queries:
         assert execute(run) == "completed"
-    # the step recorded running, then its checkpoint with the workflow's completion
-    assert len(queries) == 2
+    # the step's checkpoint (with its name) and the workflow's completion
+    assert len(queries) == 1
+    step = WorkflowStep.objects.get(workflow_id=workflow_.pk)
+    assert (step.step_name, step.status, step.attempts) == ("only", StepStatus.COMPLETED, 1)
 
 
 def test_step_checkpoint__is_written_with_the_next_step_start_in_one_statement():
     workflow_ = start_workflow("perf_two_steps")
     (run,) = queue.claim("w", None)
     queue.start_step(run, 1, "first")
-    queue.complete_step_deferred(run, 1, {"out": 1})
+    queue.complete_step_deferred(run, 1, "one", {"out": 1})
     assert steps_of(workflow_.pk) == {1: StepStatus.RUNNING}  # not written yet
     with CaptureQueriesContext(connection) as queries:
         queue.start_step(run, 2, "second")
@@ -134,7 +139,7 @@ def test_step_checkpoint__of_a_run_that_lost_its_lease__is_never_written():
     workflow_ = start_workflow("perf_two_steps")
     (run,) = queue.claim("w", None)
     queue.start_step(run, 1, "first")
-    queue.complete_step_deferred(run, 1, "late")
+    queue.complete_step_deferred(run, 1, "one", "late")
     cancel_workflow(workflow_.pk)
     with pytest.raises(WorkflowCancelled):
         queue.start_step(run, 2, "second")
@@ -164,3 +169,87 @@ def test_claim_plan__is_an_index_scan_that_stops_early__with_a_deep_backlog_and_
         plan = "\n".join(row[0] for row in cursor.fetchall())
     assert "Index Scan using idx_workflows_claim" in plan, plan
     assert "Sort" not in plan and "Bitmap" not in plan, plan
+
+
+def _plan(statement: str, params: Any) -> str:
+    with connection.cursor() as cursor:
+        cursor.execute("EXPLAIN (COSTS OFF) " + statement, params)
+        return "\n".join(row[0] for row in cursor.fetchall())
+
+
+def _stale_statistics_with_a_half_drained_backlog() -> list[queue.ClaimedRun]:
+    """Statistics of an empty table, then 6,000 queued and 3,000 claimed: the
+    planner, left alone, reads every queued row per claim (see sql.INDEX_PLANS_ONLY)."""
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE workflows, workflow_steps")
+    start_workflows("perf_one_step", range(6_000))
+    return queue.claim("w", None, limit=3_000)
+
+
+def test_hot_path_plans__with_index_plans_only__stay_index_lookups_with_stale_statistics():
+    runs = _stale_statistics_with_a_half_drained_backlog()
+    with connection.cursor() as cursor:
+        cursor.execute(sql.INDEX_PLANS_ONLY)  # as queue.finish_and_claim does, for this transaction
+    statement, params = queue.claim_statement("w", None, 4)
+    claim_plan = _plan(statement, params)
+    assert "Index Scan using idx_workflows_claim" in claim_plan, claim_plan
+    finished = [queue.FinishedRun(run, "null", 0.0) for run in runs[:4]]
+    for item in finished:
+        queue.complete_step_deferred(item.run, 1, "only", None)
+    complete_plan = _plan(sql.COMPLETE_MANY, queue._completions(finished))
+    for plan in (claim_plan, complete_plan):
+        assert not any(shape in plan for shape in ("Sort", "Bitmap", "Seq Scan", "idx_workflows_running")), plan
+
+
+def test_finish_and_claim__completes_finished_runs_with_their_checkpoints_and_claims_in_one_transaction():
+    start_workflows("perf_one_step", [1, 2])
+    waiting = start_workflow("perf_one_step", priority=-1)  # claimed after the other two
+    runs = queue.claim("w", None, limit=2)
+    for run in runs:
+        queue.complete_step_deferred(run, 1, "only", {"n": str(run.id)})
+    done, lost = (Workflow.objects.get(pk=run.id) for run in runs)
+    Workflow.objects.filter(pk=lost.pk).update(lease_token=None)  # reclaimed meanwhile
+    finished = [queue.FinishedRun(run, '{"ok": true}', 0.0) for run in runs]
+    claimed, completed = queue.finish_and_claim("w", None, finished, 2)
+    assert completed == {done.pk}
+    assert [run.id for run in claimed] == [waiting.pk]
+    done.refresh_from_db()
+    assert (done.status, done.output_data, done.current_step) == (WorkflowStatus.COMPLETED, {"ok": True}, 1)
+    step = WorkflowStep.objects.get(workflow_id=done.pk)
+    assert (step.step_name, step.status, step.output_data) == ("only", StepStatus.COMPLETED, {"n": str(done.pk)})
+    assert steps_of(lost.pk) == {1: StepStatus.RUNNING}  # nothing of the lost run was written
+
+
+@workflow("perf_no_steps")
+def no_steps(ctx: Any, data: Any) -> str:
+    if data == "fail":
+        raise RuntimeError("before any step")
+    return "nothing to checkpoint"
+
+
+def test_claim_record_of_step_1__is_deleted_when_the_run_completes_without_calling_a_step():
+    workflow_ = start_workflow("perf_no_steps")
+    assert drain() == ["completed"]
+    assert steps_of(workflow_.pk) == {}
+
+
+def test_claim_record_of_step_1__is_deleted_when_the_run_fails_before_calling_a_step():
+    workflow_ = start_workflow("perf_no_steps", "fail", max_retries=0)
+    assert drain() == ["failed"]
+    assert steps_of(workflow_.pk) == {}
+
+
+def test_claim_record_of_step_1__failed_unnamed_by_a_lost_worker__is_named_by_the_next_attempt():
+    workflow_ = start_workflow("perf_one_step")
+    (run,) = queue.claim("dead-worker", None)
+    Workflow.objects.filter(pk=run.id).update(updated_at=run_after_minutes_ago(10))
+    queue.reclaim_stuck(stuck_after=60)
+    step = WorkflowStep.objects.get(workflow_id=workflow_.pk)
+    assert (step.step_name, step.status) == (None, StepStatus.FAILED)
+    assert drain() == ["completed"]
+    step.refresh_from_db()
+    assert (step.step_name, step.status, step.attempts) == ("only", StepStatus.COMPLETED, 2)
+
+
+def run_after_minutes_ago(minutes: int) -> datetime.datetime:
+    return timezone.now() - datetime.timedelta(minutes=minutes)

@@ -93,7 +93,11 @@ def test_execute__a_cancelled_run_writes_nothing_more():
     assert execute(run) == "abandoned"
     workflow.refresh_from_db()
     assert workflow.status == "cancelled"
-    assert not WorkflowStep.objects.filter(workflow=workflow).exists()
+    # step 1 was recorded running by the claim, before the cancel; the cancel
+    # failed it, and the run wrote neither its checkpoint nor any later step
+    steps = WorkflowStep.objects.filter(workflow=workflow)
+    assert [(step.step_number, step.status) for step in steps] == [(1, "failed")]
+    assert steps.get().error_message.startswith("Workflow cancelled while this step ran")
 
 
 def test_fence__a_stale_lease_cannot_write_after_a_new_claim():

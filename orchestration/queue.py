@@ -148,13 +148,13 @@ def finish_and_claim(
     """
     if not finished and not limit:
         return [], set()
-    statements: list[tuple[str, Any]] = [(sql.INDEX_PLANS_ONLY, None)]
+    statements: list[tuple[str, Any]] = []
     if finished:
         statements.append((sql.COMPLETE_MANY, _completions(sorted(finished, key=lambda item: str(item.run.id)))))
     if limit:
         statements.append(claim_statement(worker_id, queues, limit))
     results = sql.run_together(conf.DATABASE, statements)
-    completed = {row[0] for row in results[1]} if finished else set()
+    completed = {row[0] for row in results[0]} if finished else set()
     for item in finished:
         if item.run.id in completed:
             item.run.checkpoint = None
@@ -166,15 +166,18 @@ def _completions(finished: list[FinishedRun]) -> dict[str, Any]:
     batches lock rows in the same order)."""
     checkpoints = [item.run.checkpoint for item in finished]
     now = time.monotonic()
-    step_outputs = ",".join(json.dumps(checkpoint.output if checkpoint else None) for checkpoint in checkpoints)
+
+    def array(values: Any) -> str:  # an array literal: psycopg's list dumper was a tenth of a worker's CPU
+        return "{" + ",".join(values) + "}"
+
     return {
-        "ids": [item.run.id for item in finished],
-        "leases": [item.run.lease_token for item in finished],
-        "outputs": f"[{','.join(item.output for item in finished)}]",
-        "steps": [checkpoint.number if checkpoint else None for checkpoint in checkpoints],
-        "names": [checkpoint.name if checkpoint else None for checkpoint in checkpoints],
-        "step_outputs": f"[{step_outputs}]",
-        "ages": [max(0.0, now - checkpoint.returned_at) if checkpoint else 0.0 for checkpoint in checkpoints],
+        "ids": array(str(item.run.id) for item in finished),
+        "leases": array(str(item.run.lease_token) for item in finished),
+        "outputs": "[" + ",".join(item.output for item in finished) + "]",
+        "steps": array(str(checkpoint.number) if checkpoint else "NULL" for checkpoint in checkpoints),
+        "names": json.dumps([checkpoint.name if checkpoint else None for checkpoint in checkpoints]),
+        "step_outputs": json.dumps([checkpoint.output if checkpoint else None for checkpoint in checkpoints]),
+        "ages": array(f"{now - checkpoint.returned_at if checkpoint else 0.0:.6f}" for checkpoint in checkpoints),
     }
 
 
@@ -250,7 +253,7 @@ def _fenced(run: ClaimedRun, statement: str, **params: Any) -> None:
     params.update(id=run.id, lease=run.lease_token)
     if run.checkpoint is not None:
         params.update(run.checkpoint.params())
-    rows = sql.run(conf.DATABASE, statement, params)
+    (rows,) = sql.run_together(conf.DATABASE, [(statement, params)])
     if not rows or not rows[0][0]:
         _lost(run)
     run.checkpoint = None

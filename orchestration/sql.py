@@ -134,8 +134,9 @@ _CHECKPOINT = """, checkpoint AS (
     SET status = 'completed', output_data = %(checkpoint_output)s::jsonb, error_message = NULL,
         step_name = %(checkpoint_name)s,
         completed_at = statement_timestamp() - make_interval(secs => %(checkpoint_age)s)
-    FROM held
-    WHERE workflow_steps.workflow_id = held.id AND workflow_steps.step_number = %(checkpoint_step)s
+    -- the step by its key, not joined with held: with stale statistics a join
+    -- was planned as a sequential scan of workflow_steps (auto_explain)
+    WHERE workflow_id = %(id)s AND step_number = %(checkpoint_step)s AND EXISTS (SELECT FROM held)
 )"""
 
 
@@ -189,7 +190,7 @@ WITH done AS (
         worker_deaths = CASE WHEN d.step IS NULL THEN w.worker_deaths ELSE 0 END,
         lost_at_step = CASE WHEN d.step IS NULL THEN w.lost_at_step END
     FROM ROWS FROM (unnest(%(ids)s::uuid[]), unnest(%(leases)s::uuid[]), jsonb_array_elements(%(outputs)s::jsonb),
-                    unnest(%(steps)s::integer[]), unnest(%(names)s::varchar[]),
+                    unnest(%(steps)s::integer[]), jsonb_array_elements_text(%(names)s::jsonb),
                     jsonb_array_elements(%(step_outputs)s::jsonb), unnest(%(ages)s::float8[]))
          AS d (id, lease, output, step, step_name, step_output, age)
     WHERE w.id = ANY(%(ids)s::uuid[]) AND w.id = d.id AND w.lease_token = d.lease AND w.{_RUNNING}
@@ -224,27 +225,32 @@ INDEX_PLANS_ONLY = (
 
 
 def run_together(alias: str, statements: list[tuple[str, Any]]) -> list[list[tuple[Any, ...]]]:
-    """Run ``statements`` in one transaction and one round trip (psycopg's
-    pipeline mode), and return the rows of each.
+    """Run ``statements`` after ``INDEX_PLANS_ONLY``, in one transaction and
+    one round trip (psycopg's pipeline mode), and return the rows of each.
 
     The connection is in autocommit mode, and psycopg sends one Sync, at the
     end of the pipeline: until then the server runs the statements in one
     implicit transaction, committed at the Sync, rolled back whole if one
     fails (PostgreSQL's extended query protocol). No BEGIN, no COMMIT.
 
+    Statements are prepared (see ``run``), and a prepared statement's generic
+    plan, made once and kept for the connection's life, is planned under
+    ``INDEX_PLANS_ONLY`` too: without it, a plan made while a table was nearly
+    empty (a sequential scan of ``workflow_steps``) was kept as it grew.
+
     Inside a transaction the caller opened (``atomic()``) they run one by one
-    in it, without ``BEGIN``/``COMMIT``, and without ``INDEX_PLANS_ONLY``, whose
-    settings would outlive them there.
+    in it, without ``INDEX_PLANS_ONLY``, whose settings would outlive them there.
     """
     connection = connections[alias]
     if connection.in_atomic_block:
-        return [[] if sql == INDEX_PLANS_ONLY else run(alias, sql, params) for sql, params in statements]
+        return [run(alias, statement, params) for statement, params in statements]
     connection.ensure_connection()
     pg = connection.connection
     cursors = []
     with connection.wrap_database_errors:
         try:
             with pg.pipeline():
+                pg.execute(INDEX_PLANS_ONLY)
                 for statement, params in statements:
                     cursors.append(psycopg.Cursor(pg))  # server-side binding: prepared (see ``run``)
                     cursors[-1].execute(statement, params)
@@ -253,7 +259,7 @@ def run_together(alias: str, statements: list[tuple[str, Any]]) -> list[list[tup
                 with contextlib.suppress(psycopg.Error):
                     pg.rollback()
             raise
-        return [cursor.fetchall() if cursor.description else [] for cursor in cursors]
+        return [cursor.fetchall() for cursor in cursors]  # each of them returns rows
 
 
 def run(alias: str, statement: str, params: Any) -> list[tuple[Any, ...]]:

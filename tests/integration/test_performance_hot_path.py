@@ -189,7 +189,7 @@ def _stale_statistics_with_a_half_drained_backlog() -> list[queue.ClaimedRun]:
 def test_hot_path_plans__with_index_plans_only__stay_index_lookups_with_stale_statistics():
     runs = _stale_statistics_with_a_half_drained_backlog()
     with connection.cursor() as cursor:
-        cursor.execute(sql.INDEX_PLANS_ONLY)  # as queue.finish_and_claim does, for this transaction
+        cursor.execute(sql.INDEX_PLANS_ONLY)  # as sql.run_together does, for this transaction
     statement, params = queue.claim_statement("w", None, 4)
     claim_plan = _plan(statement, params)
     assert "Index Scan using idx_workflows_claim" in claim_plan, claim_plan

@@ -63,26 +63,8 @@ def start_workflow(
         max_retries=max_retries,
         timeout=timeout,
     )
-    workflow = Workflow(
-        input_data=to_json_value(input_data, f"The input of workflow {workflow_type!r}"),
-        idempotency_key=idempotency_key,
-        **options,
-    )
-    queue = options["queue"]
-    alias = conf.DATABASE
-    with transaction.atomic(using=alias):
-        if idempotency_key is None:
-            workflow.save(using=alias, force_insert=True)
-        else:
-            # ON CONFLICT DO NOTHING waits for a concurrent insert of the same
-            # key to commit or roll back, so exactly one row ever wins.
-            Workflow.objects.using(alias).bulk_create([workflow], ignore_conflicts=True)
-            winner = Workflow.objects.using(alias).get(idempotency_key=idempotency_key)
-            if winner.pk != workflow.pk:
-                return winner
-        notify_new_work(alias, queue)
-    workflow.refresh_from_db(using=alias)
-    return workflow
+    encoded = to_json_text(input_data, f"The input of workflow {workflow_type!r}")
+    return _insert(options, [encoded], [idempotency_key])[0]
 
 
 def start_workflows(
@@ -125,8 +107,15 @@ def start_workflows(
     encoded = [to_json_text(value, f"Input {n} of workflow {workflow_type!r}") for n, value in enumerate(inputs)]
     if not inputs:
         return []
+    return _insert(options, encoded, keys)
+
+
+def _insert(options: dict[str, Any], encoded: list[str], keys: list[str | None]) -> list[Workflow]:
+    """Insert a workflow per JSON text of ``encoded`` in one statement (one
+    round trip; in autocommit mode, one transaction) and wake the workers;
+    a key of ``keys`` used before returns that key's workflow instead."""
     alias = conf.DATABASE
-    ids = [uuid.uuid4() for _ in inputs]
+    ids = [uuid.uuid4() for _ in encoded]
     created = {workflow.pk: workflow for workflow in insert_workflows(alias, options, ids, encoded, keys)}
     by_key: dict[str | None, Workflow] = {w.idempotency_key: w for w in created.values() if w.idempotency_key}
     missing = {key for key, pk in zip(keys, ids, strict=True) if pk not in created and key not in by_key}

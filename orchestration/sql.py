@@ -250,7 +250,7 @@ def run_together(alias: str, statements: list[tuple[str, Any]]) -> list[list[tup
     with connection.wrap_database_errors:
         try:
             with pg.pipeline():
-                pg.execute(INDEX_PLANS_ONLY)
+                psycopg.Cursor(pg).execute(INDEX_PLANS_ONLY)
                 for statement, params in statements:
                     cursors.append(psycopg.Cursor(pg))  # server-side binding: prepared (see ``run``)
                     cursors[-1].execute(statement, params)

@@ -73,8 +73,15 @@ class Workflow(models.Model):
     waiting_for = models.CharField(max_length=200, null=True, blank=True)
     # Past this moment the workflow is cancelled at its next step boundary.
     deadline = models.DateTimeField(null=True, blank=True)
+    # Indexed by idx_workflows_parent, on children only.
     parent = models.ForeignKey(
-        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="children", db_column="parent_id"
+        "self",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="children",
+        db_column="parent_id",
+        db_index=False,
     )
     # Consecutive worker deaths at ``lost_at_step`` (crash-loop quarantine).
     worker_deaths = models.IntegerField(default=0, db_default=0)
@@ -98,6 +105,9 @@ class Workflow(models.Model):
             models.Index(fields=["workflow_type", "created_at"], name="idx_workflows_type_created"),
             # The admin lists newest first; without it an unfiltered page sorts the whole table.
             models.Index(fields=["created_at"], name="idx_workflows_created"),
+            # Children only: every status change of a run inserts into each
+            # index that holds its row, and most runs have no parent.
+            models.Index(fields=["parent"], name="idx_workflows_parent", condition=Q(parent__isnull=False)),
         ]
         constraints = [
             models.UniqueConstraint(

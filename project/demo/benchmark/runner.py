@@ -35,6 +35,7 @@ from django.db import connections
 from django.test.utils import override_settings
 
 from orchestration import queue, start_workflow, start_workflows
+from orchestration import sql as orchestration_sql
 from orchestration.conf import conf
 
 from . import limit
@@ -236,6 +237,7 @@ class Benchmark:
         probe = min(self.options.backlog, 1000)
         with psycopg.connect(self.loaded.conninfo()) as conn:
             conn.execute(ENQUEUE_PROBE, [WORKFLOW_TYPE, probe])
+            conn.execute(orchestration_sql.INDEX_PLANS_ONLY)  # as the workers plan it (sql.run_together)
             plan = [row[0] for row in conn.execute("EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) " + sql, params)]
             conn.rollback()
         return plan

@@ -25,7 +25,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from django.db import DatabaseError, InterfaceError, OperationalError, connections
+from django.db import DatabaseError, InterfaceError, OperationalError, connections, transaction
 from django.utils import timezone
 
 from . import queue
@@ -239,6 +239,13 @@ class Worker:
                     failures += 1
                     self._database_unavailable(exc, failures)
                     continue
+                except Exception:
+                    # Never let the thread die: log, drop the connection, retry shortly.
+                    failures += 1
+                    logger.exception("worker %s: claiming failed", self.worker_id)
+                    _reset_connection()
+                    self.stopping.wait(min(30.0, 0.5 * 2 ** min(failures - 1, 6)))
+                    continue
                 if run is None:
                     if self.burst:
                         return
@@ -291,12 +298,21 @@ class Worker:
             return
         try:
             runs, completed = queue.finish_and_claim(self.worker_id, self.queues, finished, wanted)
-            if wanted and len(runs) == wanted:
-                self._wake_one()  # there may be more: an idle thread claims next
-        except BaseException:
+        except CONNECTION_ERRORS:
             with self._asking_lock:  # written by the next claim, or released with the rest on shutdown
                 self._finished[:0] = finished
             raise
+        except DatabaseError:
+            if not finished:
+                raise
+            # One run's completion the database refuses must not hold back the
+            # others' forever: complete each on its own, then claim.
+            logger.exception("worker %s: completing %d runs together failed; one by one", self.worker_id, len(finished))
+            for item in finished:
+                self._complete_alone(item)
+            return self._finish_and_claim([], wanted)
+        if wanted and len(runs) == wanted:
+            self._wake_one()  # there may be more: an idle thread claims next
         with self._held_lock:
             for item in finished:
                 self._held.pop(item.run.lease_token, None)
@@ -314,6 +330,29 @@ class Worker:
                     item.run.id,
                     item.run.workflow_type,
                 )
+
+    def _complete_alone(self, item: queue.FinishedRun) -> None:
+        """Complete one finished run in its own transaction; a completion the
+        database refuses fails the attempt with the database's error."""
+        run = item.run
+        with self._held_lock:
+            self._held.pop(run.lease_token, None)
+        try:
+            try:
+                with transaction.atomic(using=conf.DATABASE):
+                    queue.complete_workflow(run, json.loads(item.output))
+            except CONNECTION_ERRORS:
+                raise
+            except DatabaseError as exc:
+                run.checkpoint = None  # it may be what was refused; the step runs again
+                outcome = _record_failure(run, None, exc, lambda write: write(), time.monotonic() - item.started)
+                logger.warning("workflow %s (%s): its completion was refused: %s", run.id, run.workflow_type, outcome)
+                return
+        except (LeaseLost, WorkflowCancelled) as exc:
+            logger.warning("workflow %s (%s) stopped: %s", run.id, run.workflow_type, exc)
+            return
+        self.completed += 1
+        _log_completed(run, item.started)
 
     def _finish(self, item: queue.FinishedRun) -> None:
         with self._asking_lock:

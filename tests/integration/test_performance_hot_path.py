@@ -253,3 +253,17 @@ def test_claim_record_of_step_1__failed_unnamed_by_a_lost_worker__is_named_by_th
 
 def run_after_minutes_ago(minutes: int) -> datetime.datetime:
     return timezone.now() - datetime.timedelta(minutes=minutes)
+
+
+@pytest.mark.django_db(transaction=True)  # autocommit, as a worker runs: the batch's transaction rolls back alone
+def test_completions_written_together__one_the_database_refuses_fails_alone_and_the_others_complete():
+    start_workflows("perf_one_step", [1, 2])
+    worker = Worker(concurrency=2)
+    good, bad = queue.claim(worker.worker_id, None, limit=2)
+    worker._finish(queue.FinishedRun(good, '"fine"', 0.0))
+    worker._finish(queue.FinishedRun(bad, '"\\u0000"', 0.0))  # jsonb refuses NUL; validation normally stops it first
+    assert worker._next_run() is None
+    assert Workflow.objects.get(pk=good.id).status == WorkflowStatus.COMPLETED
+    refused = Workflow.objects.get(pk=bad.id)
+    assert refused.status == WorkflowStatus.PENDING and "Unicode" in refused.error_message  # retried later
+    assert worker.completed == 1 and not worker._finished

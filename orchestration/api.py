@@ -9,6 +9,8 @@ row at the same moment.
 from __future__ import annotations
 
 import datetime
+import os
+import time
 import uuid
 from collections.abc import Iterable
 from typing import Any
@@ -115,7 +117,7 @@ def _insert(options: dict[str, Any], encoded: list[str], keys: list[str | None])
     round trip; in autocommit mode, one transaction) and wake the workers;
     a key of ``keys`` used before returns that key's workflow instead."""
     alias = conf.DATABASE
-    ids = [uuid.uuid4() for _ in encoded]
+    ids = [time_ordered_uuid() for _ in encoded]
     created = {workflow.pk: workflow for workflow in insert_workflows(alias, options, ids, encoded, keys)}
     by_key: dict[str | None, Workflow] = {w.idempotency_key: w for w in created.values() if w.idempotency_key}
     missing = {key for key, pk in zip(keys, ids, strict=True) if pk not in created and key not in by_key}
@@ -124,6 +126,20 @@ def _insert(options: dict[str, Any], encoded: list[str], keys: list[str | None])
         # insert of them to commit, so this (later) statement sees the winners.
         by_key.update((w.idempotency_key, w) for w in Workflow.objects.using(alias).filter(idempotency_key__in=missing))
     return [created.get(pk) or by_key[key] for pk, key in zip(ids, keys, strict=True)]
+
+
+def time_ordered_uuid() -> uuid.UUID:
+    """A UUIDv7 (RFC 9562): 48 bits of Unix time in milliseconds, then 74
+    random bits. New workflows' ids, and so their rows in every index keyed
+    by them (the primary key, the steps' ``(workflow_id, step_number)``), land
+    together at the right edge of the B-tree instead of on random pages of it:
+    with a million finished workflows, random ids made each workflow read
+    index pages from outside PostgreSQL's buffer cache (``read=`` in the
+    claim's EXPLAIN). Python has ``uuid.uuid7`` only from 3.14."""
+    milliseconds = time.time_ns() // 1_000_000
+    random_bits = int.from_bytes(os.urandom(10))
+    rand_a, rand_b = (random_bits >> 62) & 0xFFF, random_bits & ((1 << 62) - 1)
+    return uuid.UUID(int=(milliseconds & ((1 << 48) - 1)) << 80 | 0x7 << 76 | rand_a << 64 | 0b10 << 62 | rand_b)
 
 
 def send_event(workflow: WorkflowRef, name: str, payload: Any = None) -> WorkflowEvent:

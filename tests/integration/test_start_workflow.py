@@ -1,10 +1,11 @@
 import datetime
+import time
 
 import pytest
 from django.db import connection, transaction
 from django.utils import timezone
 
-from orchestration import InvalidWorkflowInput, UnknownWorkflowType, start_workflow
+from orchestration import InvalidWorkflowInput, UnknownWorkflowType, start_workflow, start_workflows
 from orchestration.models import Workflow, WorkflowStatus
 from tests.testapp.workflows import three_steps
 
@@ -93,3 +94,11 @@ def test_row_inserted_by_plain_sql_gets_the_database_defaults():
     assert row[0] is not None and row[1:7] == ("pending", 0, 3, 0, "default", 0)
     assert row[7] is not None and row[8] is not None
     assert Workflow.objects.get(pk=row[0]).status == WorkflowStatus.PENDING
+
+
+def test_start_workflow__ids_are_time_ordered_uuids():
+    first = start_workflow("echo", 1)
+    time.sleep(0.002)
+    second, third = start_workflows("echo", [2, 3])
+    assert {first.pk.version, second.pk.version, third.pk.version} == {7}
+    assert first.pk < second.pk and first.pk < third.pk

@@ -223,7 +223,7 @@ class ParentFilter(admin.SimpleListFilter):
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
         value = self.value()
-        return [(str(value), f"children of {str(value)[:8]}")] if value else []
+        return [(str(value), f"children of {value}")] if value else []
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Workflow]) -> QuerySet[Workflow]:
         if not self.value():
@@ -397,7 +397,7 @@ class WorkflowAdmin(admin.ModelAdmin):
     )
     # Replaced by get_search_results; declared so the search box shows.
     search_fields = ("=id", "=workflow_type", "=idempotency_key")
-    search_help_text = "An id (or its first characters, as in the list), an exact type, or an idempotency key."
+    search_help_text = "An id (or its first characters), an exact type, or an idempotency key."
     fieldsets = (
         (
             None,
@@ -501,7 +501,9 @@ class WorkflowAdmin(admin.ModelAdmin):
 
     @admin.display(description="id", ordering="id")
     def short_id(self, obj: Workflow) -> str:
-        return str(obj.pk)[:8]
+        # Whole: ids are UUIDv7 (api.time_ordered_uuid), whose first characters
+        # are a clock, the same for every workflow started in the same minute.
+        return str(obj.pk)
 
     @admin.display(description="status", ordering="status")
     def status_label(self, obj: Workflow) -> SafeString:
@@ -560,7 +562,7 @@ class WorkflowAdmin(admin.ModelAdmin):
             '<a href="{}">{} {}</a> {}',
             admin_views.change_url(parent.pk),
             parent.workflow_type,
-            str(parent.pk)[:8],
+            str(parent.pk),
             status_badge(parent.status),
         )
 

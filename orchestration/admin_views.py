@@ -230,7 +230,7 @@ def retry_from_step(model_admin: WorkflowAdmin, request: HttpRequest, object_id:
             model_admin.log_change(request, workflow, f"Retried from step {step_number} ({step.step_name}).")
             model_admin.message_user(
                 request,
-                f"Workflow {str(workflow.pk)[:8]} is pending again; it resumes at step {step_number} "
+                f"Workflow {workflow.pk} is pending again; it resumes at step {step_number} "
                 f"({step.step_name}), which runs again with every later step.",
                 messages.SUCCESS,
             )
@@ -271,7 +271,7 @@ def skip_step(model_admin: WorkflowAdmin, request: HttpRequest, object_id: str, 
             )
             model_admin.message_user(
                 request,
-                f"Step {step_number} ({step.step_name}) recorded as completed; workflow {str(workflow.pk)[:8]} "
+                f"Step {step_number} ({step.step_name}) recorded as completed; workflow {workflow.pk} "
                 f"is pending again and resumes at step {step_number + 1}.",
                 messages.SUCCESS,
             )
@@ -364,7 +364,7 @@ def send_event(model_admin: WorkflowAdmin, request: HttpRequest, object_id: str)
             return HttpResponseRedirect(change_url(workflow.pk))
         else:
             model_admin.log_change(request, workflow, f"Sent event {name!r} with payload {json.dumps(payload)[:500]}.")
-            text = f"Event {name!r} sent to workflow {str(workflow.pk)[:8]}"
+            text = f"Event {name!r} sent to workflow {workflow.pk}"
             if name == awaited:
                 text += ", which was waiting for it; the next free worker resumes it."
             else:

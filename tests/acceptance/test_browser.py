@@ -97,7 +97,7 @@ def test_operator__filters_failed_workflows_retries_one_and_watches_it_complete(
     assert badges.all_inner_texts() == ["failed", "failed"]
     screenshot(page, "01-failed-workflows")
 
-    row = page.locator("#result_list tr", has_text=str(failed.pk)[:8])
+    row = page.locator("#result_list tr", has_text=str(failed.pk))
     row.locator("input.action-select").check()
     page.select_option("select[name=action]", "retry_workflows")
     page.click("button[name=index]")
@@ -121,7 +121,7 @@ def test_operator__sees_a_workflows_steps_on_its_timeline(page, admin_user):
     workflow = failed_three_steps()
     log_in(page, "admin", "password")
     page.goto(reverse("admin:orchestration_workflow_changelist"))
-    page.click(f"#result_list a:text-is('{str(workflow.pk)[:8]}')")
+    page.click(f"#result_list a:text-is('{workflow.pk}')")
     page.wait_for_selector(".orch-timeline")
     bars = page.locator(".orch-timeline-bar")
     assert bars.count() == 2
@@ -181,12 +181,12 @@ def test_operator__approves_a_waiting_workflow_by_sending_its_event(page, admin_
     assert drain() == ["waiting"]
     log_in(page, "admin", "password")
     page.goto(reverse("admin:orchestration_workflow_changelist") + "?pending=event")
-    row = page.locator("#result_list tr", has_text=str(workflow.pk)[:8])
+    row = page.locator("#result_list tr", has_text=str(workflow.pk))
     assert row.locator(".orch-badge").inner_text() == "waiting"
     assert "event: approval" in row.inner_text() and "until woken" in row.inner_text()
     screenshot(page, "08-waiting-workflows")
 
-    row.locator(f"a:text-is('{str(workflow.pk)[:8]}')").click()
+    row.locator(f"a:text-is('{workflow.pk}')").click()
     page.wait_for_selector("#orch-send-event.orch-awaited textarea[name=payload]")
     form = page.locator("#orch-send-event.orch-awaited")
     assert form.locator("input[name=name]").input_value() == "approval"

@@ -51,7 +51,7 @@ def test_overview__shows_the_three_seed_reports(admin_client, busy_day):
     assert "charge card" in durations and "2.00" in durations
     stuck = section(html, "orch-stuck")
     change_url = reverse("admin:orchestration_workflow_change", args=[busy_day.pk])
-    assert f'<a href="{change_url}">{str(busy_day.pk)[:8]}</a>' in stuck and "15m 0s ago" in stuck
+    assert f'<a href="{change_url}">{busy_day.pk}</a>' in stuck and "15m 0s ago" in stuck
 
 
 def test_overview__shows_queue_depth_by_queue_and_status(admin_client, busy_day):

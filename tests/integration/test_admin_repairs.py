@@ -42,7 +42,7 @@ def test_retry_from_step_page__posting_retries_from_that_step_and_logs_it(admin_
     response = admin_client.post(retry_url(workflow, 1), follow=True)
     assert response.redirect_chain[-1][0] == reverse("admin:orchestration_workflow_change", args=[workflow.pk])
     assert messages_of(response) == [
-        f"Workflow {str(workflow.pk)[:8]} is pending again; it resumes at step 1 (first), "
+        f"Workflow {workflow.pk} is pending again; it resumes at step 1 (first), "
         "which runs again with every later step."
     ]
     workflow.refresh_from_db()
@@ -92,8 +92,7 @@ def test_skip_step_page__posting_json_completes_the_step_resumes_the_workflow_an
     workflow = failed_three_steps()
     response = admin_client.post(skip_url(workflow, 2), {"output": '{"payout_id": "po_manual_1"}'}, follow=True)
     assert messages_of(response) == [
-        f"Step 2 (second) recorded as completed; workflow {str(workflow.pk)[:8]} is pending again "
-        "and resumes at step 3."
+        f"Step 2 (second) recorded as completed; workflow {workflow.pk} is pending again and resumes at step 3."
     ]
     step = WorkflowStep.objects.get(workflow=workflow, step_number=2)
     assert (step.status, step.output_data) == ("completed", {"payout_id": "po_manual_1"})

@@ -137,8 +137,7 @@ def test_send_event__wakes_the_waiting_workflow_which_then_finishes_with_the_pay
     )
     assert response.redirect_chain[-1][0] == change_url(workflow)
     assert messages_of(response) == [
-        f"Event 'approval' sent to workflow {str(workflow.pk)[:8]}, which was waiting for it; "
-        "the next free worker resumes it."
+        f"Event 'approval' sent to workflow {workflow.pk}, which was waiting for it; the next free worker resumes it."
     ]
     workflow.refresh_from_db()
     assert (workflow.status, workflow.run_after, workflow.waiting_for) == ("pending", None, "event: approval")
@@ -188,7 +187,7 @@ def test_send_event__another_name_to_a_running_workflow_is_kept_for_its_wait(adm
     workflow = WorkflowFactory(status="running", workflow_type="awaits_approval")
     response = admin_client.post(send_url(workflow), {"name": "cancel request", "payload": "[1, 2]"}, follow=True)
     assert messages_of(response) == [
-        f"Event 'cancel request' sent to workflow {str(workflow.pk)[:8]}; it is kept until the workflow waits for it."
+        f"Event 'cancel request' sent to workflow {workflow.pk}; it is kept until the workflow waits for it."
     ]
     event = WorkflowEvent.objects.get(workflow=workflow)
     assert (event.name, event.payload, event.consumed_by_step) == ("cancel request", [1, 2], None)
@@ -356,11 +355,11 @@ def test_workflow_page__links_its_parent_and_counts_its_children_by_status(admin
     assert f'<a href="{base}&amp;status__exact=failed">1 failed</a>' in family
     listed = admin_client.get(LIST_URL, {"parent": str(parent.pk), "status__exact": "completed"})
     assert {w.pk for w in listed.context["cl"].result_list} == {kids[0].pk, kids[1].pk}
-    assert f"children of {str(parent.pk)[:8]}" in listed.content.decode()
+    assert f"children of {parent.pk}" in listed.content.decode()
 
     child_page = admin_client.get(change_url(kids[2])).content.decode()
     family = child_page.split(">Parent and children</h2>", 1)[1].split("</fieldset>", 1)[0]
-    assert f'<a href="{change_url(parent)}">fan_out {str(parent.pk)[:8]}</a>' in family
+    assert f'<a href="{change_url(parent)}">fan_out {parent.pk}</a>' in family
 
 
 def test_workflow_list__a_parent_filter_that_is_not_an_id_is_refused_not_a_crash(admin_client):

@@ -81,7 +81,7 @@ class Command(BaseCommand):
         waiting = Workflow.objects.filter(pk__in=ids, waiting_for="event: manager approval")
         for workflow in waiting:
             send_event(workflow.pk, "manager approval", {"approved": True, "by": "grace@example.com"})
-            self.stdout.write(f"Sent event 'manager approval' to waiting workflow {str(workflow.pk)[:8]}\n")
+            self.stdout.write(f"Sent event 'manager approval' to waiting workflow {workflow.pk}\n")
 
     def _run_workers(self, started: list[Workflow], timeout: float) -> None:
         """Run burst workers until every demo workflow is finished; a retry due
@@ -108,13 +108,13 @@ class Command(BaseCommand):
     def _report(self, started: list[Workflow], bank_down_until: datetime.datetime) -> None:
         rows = Workflow.objects.filter(pk__in=[w.pk for w in started]).order_by("created_at")
         self.stdout.write("\nDemo report\n")
-        header = f"{'workflow':<10} {'type':<18} {'status':<10} {'attempts':>8} {'steps':>5}  detail"
+        header = f"{'workflow':<36} {'type':<18} {'status':<10} {'attempts':>8} {'steps':>5}  detail"
         self.stdout.write(header + "\n" + "-" * len(header))
         counts = {"completed": 0, "retried": 0, "failed": 0}
         for workflow in rows:
             detail = workflow.error_message if workflow.status == WorkflowStatus.FAILED else workflow.output_data
             self.stdout.write(
-                f"{str(workflow.pk)[:8]:<10} {workflow.workflow_type:<18} {workflow.status:<10} "
+                f"{workflow.pk!s:<36} {workflow.workflow_type:<18} {workflow.status:<10} "
                 f"{workflow.attempts:>8} {workflow.current_step:>5}  {detail}"
             )
             if workflow.status == WorkflowStatus.COMPLETED:

@@ -8,7 +8,7 @@ import datetime
 from typing import Any
 
 import pytest
-from django.db import connection
+from django.db import DataError, connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
@@ -267,3 +267,15 @@ def test_completions_written_together__one_the_database_refuses_fails_alone_and_
     refused = Workflow.objects.get(pk=bad.id)
     assert refused.status == WorkflowStatus.PENDING and "Unicode" in refused.error_message  # retried later
     assert worker.completed == 1 and not worker._finished
+
+
+@pytest.mark.django_db(transaction=True)  # autocommit, as a worker runs
+def test_run_together__is_one_transaction__a_failing_statement_undoes_the_ones_before_it():
+    workflow_ = start_workflow("perf_one_step")
+    touch = ("UPDATE workflows SET priority = 5 WHERE id = %s RETURNING id", [workflow_.pk])
+    with pytest.raises(DataError):
+        sql.run_together(connection.alias, [touch, ("SELECT 1 / 0", None)])
+    workflow_.refresh_from_db()
+    assert workflow_.priority == 0
+    (rows,) = sql.run_together(connection.alias, [touch])  # and the connection is usable after it
+    assert rows == [(workflow_.pk,)]

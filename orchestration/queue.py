@@ -12,6 +12,7 @@ against whoever took the lease.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import functools
 import json
@@ -82,12 +83,16 @@ class DeferredCheckpoint:
     output: Any
     returned_at: float  # time.monotonic() when the step's body returned
 
+    def age(self, now: float) -> float:
+        """Seconds since the body returned: ``completed_at`` is written that far back."""
+        return max(0.0, now - self.returned_at)
+
     def params(self) -> dict[str, Any]:
         return {
             "checkpoint_step": self.number,
             "checkpoint_name": self.name,
             "checkpoint_output": json.dumps(self.output),
-            "checkpoint_age": max(0.0, time.monotonic() - self.returned_at),
+            "checkpoint_age": self.age(time.monotonic()),
         }
 
 
@@ -177,7 +182,7 @@ def _completions(finished: list[FinishedRun]) -> dict[str, Any]:
         "steps": array(str(checkpoint.number) if checkpoint else "NULL" for checkpoint in checkpoints),
         "names": json.dumps([checkpoint.name if checkpoint else None for checkpoint in checkpoints]),
         "step_outputs": json.dumps([checkpoint.output if checkpoint else None for checkpoint in checkpoints]),
-        "ages": array(f"{now - checkpoint.returned_at if checkpoint else 0.0:.6f}" for checkpoint in checkpoints),
+        "ages": array(f"{checkpoint.age(now) if checkpoint else 0.0:.6f}" for checkpoint in checkpoints),
     }
 
 
@@ -226,17 +231,23 @@ def _fence(run: ClaimedRun, **changes: Any) -> None:
     """Touch the workflow row if, and only if, this run still holds it (and
     write the run's deferred checkpoint, if any, in the same transaction, and
     delete its unused placeholder step)."""
-    more_writes = run.checkpoint is not None or run.placeholder is not None
-    if more_writes and not connections[conf.DATABASE].in_atomic_block:
-        with transaction.atomic(using=conf.DATABASE):
-            return _fence(run, **changes)
-    if run.checkpoint is not None:
-        _fenced(run, sql.held(None, checkpoint=True) + sql.COUNT_HELD)
-    held = _workflows().filter(pk=run.id, lease_token=run.lease_token, status=WorkflowStatus.RUNNING)
-    if held.update(updated_at=Now(), **changes):
-        _drop_placeholder(run)
-        return
-    _lost(run)
+    with _one_transaction(run.checkpoint is not None or run.placeholder is not None):
+        if run.checkpoint is not None:
+            _fenced(run, sql.held(None, checkpoint=True) + sql.COUNT_HELD)
+        held = _workflows().filter(pk=run.id, lease_token=run.lease_token, status=WorkflowStatus.RUNNING)
+        if held.update(updated_at=Now(), **changes):
+            _drop_placeholder(run)
+            return
+        _lost(run)
+
+
+def _one_transaction(several_writes: bool) -> Any:
+    """A transaction for a fenced write that makes ``several_writes``, unless
+    the caller's already holds them together; else nothing (one statement is
+    its own transaction)."""
+    if several_writes and not connections[conf.DATABASE].in_atomic_block:
+        return transaction.atomic(using=conf.DATABASE)
+    return contextlib.nullcontext()
 
 
 def _drop_placeholder(run: ClaimedRun) -> None:
@@ -309,12 +320,10 @@ def fail_step(run: ClaimedRun, number: int, name: str, message: str) -> None:
 def complete_workflow(run: ClaimedRun, output: Any) -> None:
     """Mark the run completed with its result (and its last step's deferred
     checkpoint) in one statement."""
-    if run.placeholder is not None and not connections[conf.DATABASE].in_atomic_block:
-        with transaction.atomic(using=conf.DATABASE):
-            return complete_workflow(run, output)
-    checkpoint = run.checkpoint is not None
-    _fenced(run, sql.held(sql.COMPLETED, checkpoint) + sql.COUNT_HELD, output=json.dumps(output))
-    _drop_placeholder(run)
+    with _one_transaction(run.placeholder is not None):
+        checkpoint = run.checkpoint is not None
+        _fenced(run, sql.held(sql.COMPLETED, checkpoint) + sql.COUNT_HELD, output=json.dumps(output))
+        _drop_placeholder(run)
 
 
 def fail_workflow(run: ClaimedRun, message: str, traceback: str | None, *, retryable: bool) -> float | None:

@@ -25,7 +25,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from django.db import DatabaseError, InterfaceError, OperationalError, connections, transaction
+from django.db import DatabaseError, InterfaceError, OperationalError, connections
 from django.utils import timezone
 
 from . import queue
@@ -43,7 +43,7 @@ from .errors import (
 from .registry import get_workflow
 from .schedules import scheduled_workflows, start_due_runs
 from .sql import NOTIFY_CHANNEL, listen_statement
-from .validation import to_json_value
+from .validation import to_json_text
 
 logger = logging.getLogger(__name__)
 
@@ -294,8 +294,6 @@ class Worker:
 
     def _finish_and_claim(self, finished: list[queue.FinishedRun], wanted: int) -> None:
         """With the claim lock held: complete ``finished``, claim ``wanted``."""
-        if not finished and not wanted:
-            return
         try:
             runs, completed = queue.finish_and_claim(self.worker_id, self.queues, finished, wanted)
         except CONNECTION_ERRORS:
@@ -338,16 +336,14 @@ class Worker:
         with self._held_lock:
             self._held.pop(run.lease_token, None)
         try:
-            try:
-                with transaction.atomic(using=conf.DATABASE):
-                    queue.complete_workflow(run, json.loads(item.output))
-            except CONNECTION_ERRORS:
-                raise
-            except DatabaseError as exc:
-                run.checkpoint = None  # it may be what was refused; the step runs again
-                outcome = _record_failure(run, None, exc, lambda write: write(), time.monotonic() - item.started)
-                logger.warning("workflow %s (%s): its completion was refused: %s", run.id, run.workflow_type, outcome)
-                return
+            queue.complete_workflow(run, json.loads(item.output))
+        except CONNECTION_ERRORS:
+            raise
+        except DatabaseError as exc:
+            run.checkpoint = None  # it may be what was refused; the step runs again
+            outcome = _record_failure(run, None, exc, lambda write: write(), time.monotonic() - item.started)
+            logger.warning("workflow %s (%s): its completion was refused: %s", run.id, run.workflow_type, outcome)
+            return
         except (LeaseLost, WorkflowCancelled) as exc:
             logger.warning("workflow %s (%s) stopped: %s", run.id, run.workflow_type, exc)
             return
@@ -567,10 +563,11 @@ def execute(
         recorded = write(lambda: queue.recorded_steps(run))
         ctx = WorkflowContext(run, recorded, should_release=should_release, durable=write)
         result = definition.function(ctx, run.input_data)
-        output = to_json_value(result, f"The return value of workflow {run.workflow_type!r}")
+        encoded = to_json_text(result, f"The return value of workflow {run.workflow_type!r}")
         if finish_later is not None and run.parent_id is None and run.placeholder is None:
-            finish_later(queue.FinishedRun(run, json.dumps(output), started))
+            finish_later(queue.FinishedRun(run, encoded, started))
             return "finishing"
+        output = json.loads(encoded)  # as jsonb will read it back
         write(lambda: queue.complete_workflow(run, output))
     except (LeaseLost, WorkflowCancelled) as exc:
         logger.warning("workflow %s (%s) stopped: %s", run.id, run.workflow_type, exc)

@@ -25,6 +25,7 @@ from typing import Any, NoReturn
 
 from django.db import connections, transaction
 from django.db.models import F, Q
+from django.db.models.expressions import RawSQL
 from django.db.models.functions import Now
 
 from . import sql
@@ -112,8 +113,15 @@ def _steps() -> Any:
     return WorkflowStep.objects.using(conf.DATABASE)
 
 
+#: ``status = 'pending'`` with the value written into the SQL, not bound: the
+#: claim is prepared and, for the planning it saves, run with its generic plan
+#: (``sql.INDEX_PLANS_ONLY``), which can use the partial index
+#: ``idx_workflows_claim`` only if its predicate is provable from the text.
+_PENDING = RawSQL(f"'{WorkflowStatus.PENDING.value}'", ())
+
+
 def _due() -> Q:
-    return Q(status=WorkflowStatus.PENDING) & (Q(run_after__isnull=True) | Q(run_after__lte=Now()))
+    return Q(status=_PENDING) & (Q(run_after__isnull=True) | Q(run_after__lte=Now()))
 
 
 def claim(worker_id: str, queues: list[str] | None, limit: int = 1) -> list[ClaimedRun]:

@@ -220,7 +220,7 @@ SELECT id FROM done
 INDEX_PLANS_ONLY = (
     "SELECT set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true), "
     "set_config('enable_sort', 'off', true), set_config('enable_hashjoin', 'off', true), "
-    "set_config('enable_mergejoin', 'off', true)"
+    "set_config('enable_mergejoin', 'off', true), set_config('plan_cache_mode', 'force_generic_plan', true)"
 )
 
 

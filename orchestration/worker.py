@@ -100,13 +100,18 @@ class Worker:
         self._wakeup = threading.Condition()
         self._held: dict[Any, queue.ClaimedRun] = {}
         self._held_lock = threading.Lock()
-        #: Claimed for a thread that has not taken it yet (see ``_next_run``).
+        # The threads' hand-off (see ``_next_run``), all guarded by ``_handoff``:
+        #: claimed for a thread that has not taken it yet;
         self._unstarted: collections.deque[queue.ClaimedRun] = collections.deque()
-        self._claim_lock = threading.Lock()
-        self._asking = 0
-        #: Runs finished by this process's threads, to complete with the next claim.
+        #: runs finished by this process's threads, to complete with the next claim;
         self._finished: list[queue.FinishedRun] = []
-        self._asking_lock = threading.Lock()
+        #: threads in ``_next_run``; whether one of them is in a claim round trip;
+        self._asking = 0
+        self._claiming = False
+        #: claims begun so far, and the number of the last one that found less than it asked for.
+        self._claims = 0
+        self._last_short_claim = 0
+        self._handoff = threading.Condition()
         self._service_stop = threading.Event()
         self.completed = 0
         self.failed = 0
@@ -266,38 +271,59 @@ class Worker:
     def _next_run(self) -> queue.ClaimedRun | None:
         """A claimed workflow for this thread, or None when nothing is due.
 
-        Threads asking at the same time share one claim query: the one that
-        holds the claim lock claims a workflow for each thread asking, each
-        with its own lease, and the others take theirs from ``_unstarted``.
-        The same transaction completes every run the threads finished since
-        the last claim (``queue.finish_and_claim``). A busy process thus sends
-        one statement for several workflows, and never claims more than it
-        has threads ready to run them.
+        One thread at a time is the claimer: in one round trip it completes
+        every run the threads finished since the last claim and claims a
+        workflow (each with its own lease) for each thread asking
+        (``queue.finish_and_claim``). The others take theirs from
+        ``_unstarted`` as soon as it is there, without waiting for the claim
+        round trip in flight, and a thread whose finished run awaits writing
+        becomes the next claimer when none is in flight: a completion waits
+        for one round trip at most, and a busy process keeps a claim in flight
+        while its threads run. (With the claimer's lock held through its round
+        trip, threads queued behind it while runs sat claimed in
+        ``_unstarted``: a process ran one workflow at a time.)
         """
-        with self._asking_lock:
+        with self._handoff:
             self._asking += 1
+            asked_before_claim = self._claims
         try:
-            with self._claim_lock:
-                with self._asking_lock:
+            while True:
+                with self._handoff:
+                    while True:
+                        if self.stopping.is_set() and not self._finished:
+                            return None
+                        if self._unstarted and not self.stopping.is_set() and (self._claiming or not self._finished):
+                            return self._unstarted.popleft()
+                        if not self._unstarted and self._last_short_claim > asked_before_claim:
+                            return None  # a claim made since this thread asked found nothing more for it
+                        if not self._claiming:
+                            break
+                        self._handoff.wait()
+                    self._claiming = True
+                    self._claims += 1
+                    claim_number = self._claims
                     finished, self._finished = self._finished, []
-                    wanted = self._asking
-                if not finished and self._unstarted:
-                    return self._unstarted.popleft()
-                wanted = 0 if self.stopping.is_set() else max(0, wanted - len(self._unstarted))
-                self._finish_and_claim(finished, wanted)
-                if self.stopping.is_set() or not self._unstarted:
-                    return None
-                return self._unstarted.popleft()
+                    wanted = 0 if self.stopping.is_set() else max(0, self._asking - len(self._unstarted))
+                claimed = -1
+                try:
+                    claimed = self._finish_and_claim(finished, wanted)
+                finally:
+                    with self._handoff:
+                        self._claiming = False
+                        if 0 <= claimed < wanted:
+                            self._last_short_claim = claim_number
+                        self._handoff.notify_all()
         finally:
-            with self._asking_lock:
+            with self._handoff:
                 self._asking -= 1
 
-    def _finish_and_claim(self, finished: list[queue.FinishedRun], wanted: int) -> None:
-        """With the claim lock held: complete ``finished``, claim ``wanted``."""
+    def _finish_and_claim(self, finished: list[queue.FinishedRun], wanted: int) -> int:
+        """As the claimer: complete ``finished``, claim up to ``wanted`` into
+        ``_unstarted``; return how many were claimed."""
         try:
             runs, completed = queue.finish_and_claim(self.worker_id, self.queues, finished, wanted)
         except CONNECTION_ERRORS:
-            with self._asking_lock:  # written by the next claim, or released with the rest on shutdown
+            with self._handoff:  # written by the next claim, or released with the rest on shutdown
                 self._finished[:0] = finished
             raise
         except DatabaseError:
@@ -315,7 +341,9 @@ class Worker:
             for item in finished:
                 self._held.pop(item.run.lease_token, None)
             self._held.update((run.lease_token, run) for run in runs)  # heartbeated, released on shutdown
-        self._unstarted.extend(runs)
+        with self._handoff:
+            self._unstarted.extend(runs)
+            self._handoff.notify_all()
         for item in finished:
             if item.run.id in completed:
                 self.completed += 1
@@ -328,6 +356,7 @@ class Worker:
                     item.run.id,
                     item.run.workflow_type,
                 )
+        return len(runs)
 
     def _complete_alone(self, item: queue.FinishedRun) -> None:
         """Complete one finished run in its own transaction; a completion the
@@ -351,24 +380,30 @@ class Worker:
         _log_completed(run, item.started)
 
     def _finish(self, item: queue.FinishedRun) -> None:
-        with self._asking_lock:
+        with self._handoff:
             self._finished.append(item)
 
     def _flush_finished(self) -> None:
         """Complete what is left to complete, claiming nothing (a thread stopping)."""
-        with self._claim_lock:
-            with self._asking_lock:
-                finished, self._finished = self._finished, []
-            try:
-                self._finish_and_claim(finished, 0)
-            except DatabaseError:
-                logger.exception(
-                    "worker %s: could not complete finished workflows; they will be released", self.worker_id
-                )
+        with self._handoff:
+            while self._claiming:
+                self._handoff.wait()
+            if not self._finished:
+                return
+            self._claiming = True
+            finished, self._finished = self._finished, []
+        try:
+            self._finish_and_claim(finished, 0)
+        except DatabaseError:
+            logger.exception("worker %s: could not complete finished workflows; they will be released", self.worker_id)
+        finally:
+            with self._handoff:
+                self._claiming = False
+                self._handoff.notify_all()
 
     def _release_unstarted(self) -> None:
         """Give back, without spending an attempt, what was claimed for threads that stopped."""
-        with self._claim_lock:
+        with self._handoff:
             unstarted = list(self._unstarted)
             self._unstarted.clear()
         for run in unstarted:

@@ -158,6 +158,29 @@ def test_unstarted_runs__of_a_stopping_worker_go_back_without_spending_an_attemp
     assert set(Workflow.objects.values_list("status", "attempts", "lease_token")) == {(WorkflowStatus.PENDING, 0, None)}
 
 
+def _worker_with_one_run_waiting_and_one_finished() -> tuple[Worker, queue.ClaimedRun, queue.ClaimedRun]:
+    start_workflows("perf_one_step", [1, 2])
+    worker = Worker(concurrency=3)
+    waiting, finished = queue.claim(worker.worker_id, None, limit=2)
+    worker._unstarted.append(waiting)
+    worker._finish(queue.FinishedRun(finished, '"done"', 0.0))
+    return worker, waiting, finished
+
+
+def test_next_run__takes_a_run_claimed_for_it_without_waiting_for_the_claim_in_flight():
+    worker, waiting, _ = _worker_with_one_run_waiting_and_one_finished()
+    worker._claiming = True  # another thread's round trip, which writes the finished run next
+    with CaptureQueriesContext(connection) as queries:
+        assert worker._next_run() is waiting
+    assert not queries.captured_queries and worker._finished  # left to the claimer in flight
+
+
+def test_next_run__with_no_claim_in_flight__a_finished_run_is_written_before_a_waiting_run_is_taken():
+    worker, waiting, finished = _worker_with_one_run_waiting_and_one_finished()
+    assert worker._next_run() is waiting
+    assert Workflow.objects.get(pk=finished.id).status == WorkflowStatus.COMPLETED and not worker._finished
+
+
 def test_claim_plan__is_an_index_scan_that_stops_early__with_a_deep_backlog_and_stale_statistics():
     # The statistics are those migrate left (an empty table); 10,000 rows arrive since.
     with connection.cursor() as cursor:

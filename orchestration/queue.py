@@ -161,20 +161,27 @@ def finish_and_claim(
     """
     if not finished and not limit:
         return [], set()
-    statements: list[tuple[str, Any]] = []
-    if finished:
-        statements.append((sql.COMPLETE_MANY, _completions(sorted(finished, key=lambda item: str(item.run.id)))))
-    if limit:
-        statements.append(claim_statement(worker_id, queues, limit))
-    results = sql.run_together(conf.DATABASE, statements)
-    completed = {row[0] for row in results[0]} if finished else set()
+    completions = _completions(sorted(finished, key=lambda item: str(item.run.id))) if finished else []
+    if finished and limit:
+        # One statement: each statement more in the round trip cost the worker
+        # and the server their own parse, bind, execute and result handling.
+        statement, params = claim_statement(worker_id, queues, limit, completing=True)
+        (rows,) = sql.run_together(conf.DATABASE, [(statement, [*completions, *params])])
+        completed = set(rows[0][-1] or ())
+        claimed = [row[:-1] for row in rows if row[0] is not None]
+    elif finished:
+        (rows,) = sql.run_together(conf.DATABASE, [(sql.COMPLETE_MANY, completions)])
+        completed, claimed = {row[0] for row in rows}, []
+    else:
+        (claimed,) = sql.run_together(conf.DATABASE, [claim_statement(worker_id, queues, limit)])
+        completed = set()
     for item in finished:
         if item.run.id in completed:
             item.run.checkpoint = None
-    return (_claimed_runs(results[-1]) if limit else []), completed
+    return _claimed_runs(claimed), completed
 
 
-def _completions(finished: list[FinishedRun]) -> dict[str, Any]:
+def _completions(finished: list[FinishedRun]) -> list[Any]:
     """``sql.COMPLETE_MANY``'s parameters (rows in id order, so that two
     batches lock rows in the same order)."""
     checkpoints = [item.run.checkpoint for item in finished]
@@ -183,15 +190,17 @@ def _completions(finished: list[FinishedRun]) -> dict[str, Any]:
     def array(values: Any) -> str:  # an array literal: psycopg's list dumper was a tenth of a worker's CPU
         return "{" + ",".join(values) + "}"
 
-    return {
-        "ids": array(str(item.run.id) for item in finished),
-        "leases": array(str(item.run.lease_token) for item in finished),
-        "outputs": "[" + ",".join(item.output for item in finished) + "]",
-        "steps": array(str(checkpoint.number) if checkpoint else "NULL" for checkpoint in checkpoints),
-        "names": json.dumps([checkpoint.name if checkpoint else None for checkpoint in checkpoints]),
-        "step_outputs": json.dumps([checkpoint.output if checkpoint else None for checkpoint in checkpoints]),
-        "ages": array(f"{checkpoint.age(now) if checkpoint else 0.0:.6f}" for checkpoint in checkpoints),
-    }
+    ids = array(str(item.run.id) for item in finished)
+    return [
+        ids,
+        array(str(item.run.lease_token) for item in finished),
+        "[" + ",".join(item.output for item in finished) + "]",
+        array(str(checkpoint.number) if checkpoint else "NULL" for checkpoint in checkpoints),
+        json.dumps([checkpoint.name if checkpoint else None for checkpoint in checkpoints]),
+        json.dumps([checkpoint.output if checkpoint else None for checkpoint in checkpoints]),
+        array(f"{checkpoint.age(now) if checkpoint else 0.0:.6f}" for checkpoint in checkpoints),
+        ids,  # again, for the primary-key lookup
+    ]
 
 
 def _claimed_runs(rows: list[tuple[Any, ...]]) -> list[ClaimedRun]:
@@ -205,14 +214,18 @@ def _claimed_runs(rows: list[tuple[Any, ...]]) -> list[ClaimedRun]:
     return runs
 
 
-def claim_statement(worker_id: str, queues: list[str] | None, limit: int = 1) -> tuple[str, list[Any]]:
-    """The claim's SQL and parameters (also for ``EXPLAIN`` by the benchmark)."""
-    statement, params = _claim_sql(conf.DATABASE, tuple(queues) if queues else None, limit)
+def claim_statement(
+    worker_id: str, queues: list[str] | None, limit: int = 1, completing: bool = False
+) -> tuple[str, list[Any]]:
+    """The claim's SQL and parameters (also for ``EXPLAIN`` by the benchmark);
+    ``completing``: ``sql.COMPLETE_AND_CLAIM``, whose completions' parameters
+    go first."""
+    statement, params = _claim_sql(conf.DATABASE, tuple(queues) if queues else None, limit, completing)
     return statement, [*params, worker_id]
 
 
-@functools.lru_cache(maxsize=64)
-def _claim_sql(alias: str, queues: tuple[str, ...] | None, limit: int) -> tuple[str, tuple[Any, ...]]:
+@functools.lru_cache(maxsize=128)
+def _claim_sql(alias: str, queues: tuple[str, ...] | None, limit: int, completing: bool) -> tuple[str, tuple[Any, ...]]:
     candidates = Workflow.objects.using(alias).filter(_due())
     if queues:
         candidates = candidates.filter(queue__in=queues)
@@ -224,7 +237,8 @@ def _claim_sql(alias: str, queues: tuple[str, ...] | None, limit: int) -> tuple[
     with transaction.atomic(using=alias, savepoint=False):  # Django compiles FOR UPDATE only in one; sends nothing
         select, params = locked.query.get_compiler(using=alias).as_sql()
     returning = ", ".join(f"w.{column}" for column in CLAIMED_COLUMNS)
-    return sql.CLAIM.format(locked=select, returning=returning), tuple(params)
+    template = sql.COMPLETE_AND_CLAIM if completing else sql.CLAIM
+    return template.format(locked=select, returning=returning), tuple(params)
 
 
 def recorded_steps(run: ClaimedRun) -> dict[int, RecordedStep]:

@@ -101,8 +101,7 @@ def insert_workflows(
 #: before any of its code runs: its name is written with its checkpoint (or
 #: its failure), and the row is deleted if the run ends without calling a step
 #: (``ClaimedRun.placeholder``). One statement a workflow fewer.
-CLAIM = """
-WITH claimed AS MATERIALIZED ({locked}), taken AS (
+_CLAIMS = """claimed AS MATERIALIZED ({locked}), taken AS (
     UPDATE workflows AS w
     SET status = 'running', lease_token = gen_random_uuid(), attempts = w.attempts + 1, worker_id = %s,
         started_at = COALESCE(w.started_at, statement_timestamp()), updated_at = statement_timestamp(),
@@ -115,9 +114,8 @@ WITH claimed AS MATERIALIZED ({locked}), taken AS (
     INSERT INTO workflow_steps (workflow_id, step_number, status, started_at, attempts)
     SELECT id, 1, 'running', statement_timestamp(), 1 FROM taken WHERE fresh
     ON CONFLICT (workflow_id, step_number) DO NOTHING
-)
-SELECT * FROM taken
-"""
+)"""
+CLAIM = f"WITH {_CLAIMS}\nSELECT * FROM taken"
 
 #: The fence. ``IS NOT DISTINCT FROM``, the same as ``=`` on this NOT NULL
 #: column, keeps the planner off ``idx_workflows_running`` (whose predicate it
@@ -181,19 +179,18 @@ COUNT_HELD = "SELECT count(*) FROM held"
 #: deferred checkpoint (a NULL step: none): ``queue.finish_and_claim`` writes
 #: what the process's threads finished since its last claim with that claim.
 #: Returns the ids completed; a run missing from them had lost its lease.
-COMPLETE_MANY = f"""
-WITH done AS (
+_COMPLETIONS = f"""done AS (
     UPDATE workflows AS w
     SET status = 'completed', output_data = d.output, finished_at = statement_timestamp(),
         updated_at = statement_timestamp(), lease_token = NULL, error_message = NULL, error_traceback = NULL,
         current_step = COALESCE(d.step, w.current_step),
         worker_deaths = CASE WHEN d.step IS NULL THEN w.worker_deaths ELSE 0 END,
         lost_at_step = CASE WHEN d.step IS NULL THEN w.lost_at_step END
-    FROM ROWS FROM (unnest(%(ids)s::uuid[]), unnest(%(leases)s::uuid[]), jsonb_array_elements(%(outputs)s::jsonb),
-                    unnest(%(steps)s::integer[]), jsonb_array_elements_text(%(names)s::jsonb),
-                    jsonb_array_elements(%(step_outputs)s::jsonb), unnest(%(ages)s::float8[]))
+    FROM ROWS FROM (unnest(%s::uuid[]), unnest(%s::uuid[]), jsonb_array_elements(%s::jsonb),
+                    unnest(%s::integer[]), jsonb_array_elements_text(%s::jsonb),
+                    jsonb_array_elements(%s::jsonb), unnest(%s::float8[]))
          AS d (id, lease, output, step, step_name, step_output, age)
-    WHERE w.id = ANY(%(ids)s::uuid[]) AND w.id = d.id AND w.lease_token = d.lease AND w.{_RUNNING}
+    WHERE w.id = ANY(%s::uuid[]) AND w.id = d.id AND w.lease_token = d.lease AND w.{_RUNNING}
     RETURNING w.id, d.step, d.step_name, d.step_output, d.age
 ), checkpoint AS (
     UPDATE workflow_steps
@@ -201,9 +198,14 @@ WITH done AS (
         completed_at = statement_timestamp() - make_interval(secs => done.age)
     FROM done
     WHERE workflow_steps.workflow_id = done.id AND workflow_steps.step_number = done.step
-)
-SELECT id FROM done
-"""
+)"""
+COMPLETE_MANY = f"WITH {_COMPLETIONS}\nSELECT id FROM done"
+
+#: ``COMPLETE_MANY`` and ``CLAIM`` in one statement (their parameters in that
+#: order): the claimed rows, each with the array of the ids completed, or one
+#: row of NULLs with it when nothing was claimed.
+COMPLETE_AND_CLAIM = f"""WITH {_COMPLETIONS}, {_CLAIMS}
+SELECT taken.*, completed.ids FROM (SELECT array_agg(id) AS ids FROM done) AS completed LEFT JOIN taken ON true"""
 
 #: Run first in the transaction of ``queue.finish_and_claim``. Its statements
 #: are index lookups of a few rows, but with stale statistics (a table

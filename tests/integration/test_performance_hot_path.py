@@ -219,8 +219,12 @@ def test_hot_path_plans__with_index_plans_only__stay_index_lookups_with_stale_st
     finished = [queue.FinishedRun(run, "null", 0.0) for run in runs[:4]]
     for item in finished:
         queue.complete_step_deferred(item.run, 1, "only", None)
-    complete_plan = _plan(sql.COMPLETE_MANY, queue._completions(finished))
-    for plan in (claim_plan, complete_plan):
+    completions = queue._completions(finished)
+    complete_plan = _plan(sql.COMPLETE_MANY, completions)
+    statement, params = queue.claim_statement("w", None, 4, completing=True)
+    together_plan = _plan(statement, [*completions, *params])
+    assert "Index Scan using idx_workflows_claim" in together_plan, together_plan
+    for plan in (claim_plan, complete_plan, together_plan):
         assert not any(shape in plan for shape in ("Sort", "Bitmap", "Seq Scan", "idx_workflows_running")), plan
 
 

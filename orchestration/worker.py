@@ -294,7 +294,7 @@ class Worker:
                             return None
                         if self._unstarted and not self.stopping.is_set() and (self._claiming or not self._finished):
                             return self._unstarted.popleft()
-                        if not self._unstarted and self._last_short_claim > asked_before_claim:
+                        if not (self._unstarted or self._finished) and self._last_short_claim > asked_before_claim:
                             return None  # a claim made since this thread asked found nothing more for it
                         if not self._claiming:
                             break

@@ -181,6 +181,16 @@ def test_next_run__with_no_claim_in_flight__a_finished_run_is_written_before_a_w
     assert Workflow.objects.get(pk=finished.id).status == WorkflowStatus.COMPLETED and not worker._finished
 
 
+def test_next_run__after_a_claim_found_nothing__a_finished_run_is_still_written_before_idling():
+    start_workflows("perf_one_step", [1])
+    worker = Worker(concurrency=2)
+    (finished,) = queue.claim(worker.worker_id, None, limit=1)
+    worker._finish(queue.FinishedRun(finished, '"done"', 0.0))
+    worker._last_short_claim = 1  # another thread's claim, made since this one asked, found nothing more
+    assert worker._next_run() is None
+    assert Workflow.objects.get(pk=finished.id).status == WorkflowStatus.COMPLETED and not worker._finished
+
+
 def test_claim_plan__is_an_index_scan_that_stops_early__with_a_deep_backlog_and_stale_statistics():
     # The statistics are those migrate left (an empty table); 10,000 rows arrive since.
     with connection.cursor() as cursor:

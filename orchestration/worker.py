@@ -299,23 +299,34 @@ class Worker:
                         if not self._claiming:
                             break
                         self._handoff.wait()
-                    self._claiming = True
-                    self._claims += 1
-                    claim_number = self._claims
-                    finished, self._finished = self._finished, []
-                    wanted = 0 if self.stopping.is_set() else max(0, self._asking - len(self._unstarted))
-                claimed = -1
-                try:
-                    claimed = self._finish_and_claim(finished, wanted)
-                finally:
-                    with self._handoff:
-                        self._claiming = False
-                        if 0 <= claimed < wanted:
-                            self._last_short_claim = claim_number
-                        self._handoff.notify_all()
+                    claim = self._become_claimer(claiming_runs=not self.stopping.is_set())
+                self._claim_round(*claim)
         finally:
             with self._handoff:
                 self._asking -= 1
+
+    def _become_claimer(self, claiming_runs: bool) -> tuple[int, list[queue.FinishedRun], int]:
+        """With ``_handoff`` held and no claim in flight: take the finished runs
+        to write, and count the runs to claim (one for each thread asking, less
+        those waiting). Returns the claim's number, those runs and that count."""
+        self._claiming = True
+        self._claims += 1
+        finished, self._finished = self._finished, []
+        wanted = max(0, self._asking - len(self._unstarted)) if claiming_runs else 0
+        return self._claims, finished, wanted
+
+    def _claim_round(self, number: int, finished: list[queue.FinishedRun], wanted: int) -> None:
+        """The claimer's round trip; then no claim is in flight, and the
+        threads waiting for its end look again."""
+        claimed = -1
+        try:
+            claimed = self._finish_and_claim(finished, wanted)
+        finally:
+            with self._handoff:
+                self._claiming = False
+                if 0 <= claimed < wanted:
+                    self._last_short_claim = number
+                self._handoff.notify_all()
 
     def _finish_and_claim(self, finished: list[queue.FinishedRun], wanted: int) -> int:
         """As the claimer: complete ``finished``, claim up to ``wanted`` into
@@ -390,16 +401,11 @@ class Worker:
                 self._handoff.wait()
             if not self._finished:
                 return
-            self._claiming = True
-            finished, self._finished = self._finished, []
+            claim = self._become_claimer(claiming_runs=False)
         try:
-            self._finish_and_claim(finished, 0)
+            self._claim_round(*claim)
         except DatabaseError:
             logger.exception("worker %s: could not complete finished workflows; they will be released", self.worker_id)
-        finally:
-            with self._handoff:
-                self._claiming = False
-                self._handoff.notify_all()
 
     def _release_unstarted(self) -> None:
         """Give back, without spending an attempt, what was claimed for threads that stopped."""

@@ -30,6 +30,16 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[Any]:
         if isinstance(value, bool) or not isinstance(value, int | float) or not minimum_ok:
             bound = "a number above 0" if key in _POSITIVE_NUMBERS else "a number of 0 or more"
             problems.append(Error(f"ORCHESTRATION[{key!r}] is {value!r}; it must be {bound}.", id="orchestration.E001"))
+    claim_ahead = conf.CLAIM_AHEAD
+    whole_number = isinstance(claim_ahead, int) and not isinstance(claim_ahead, bool)
+    if claim_ahead is not None and not (whole_number and claim_ahead >= 0):
+        problems.append(
+            Error(
+                f"ORCHESTRATION['CLAIM_AHEAD'] is {claim_ahead!r}; it must be None (one a thread) or a whole number "
+                "of 0 (never) or more.",
+                id="orchestration.E006",
+            )
+        )
     queues = conf.QUEUES
     if not isinstance(queues, list | tuple) or not all(isinstance(name, str) and name for name in queues):
         problems.append(

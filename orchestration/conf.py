@@ -20,6 +20,9 @@ DEFAULTS: dict[str, Any] = {
     "SHUTDOWN_GRACE": 30,
     "DATABASE": "default",
     "CONCURRENCY": 4,
+    # Runs a process claims ahead, while its runs are short, for threads still
+    # busy (at most one each); None: as many as its threads; 0: never.
+    "CLAIM_AHEAD": None,
     # Queue names workers may serve besides those of registered workflows
     # (for rows enqueued by plain SQL or other languages).
     "QUEUES": [],

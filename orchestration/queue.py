@@ -61,6 +61,8 @@ class ClaimedRun:
     #: The step the claim recorded running (see ``sql.CLAIM``), until the run
     #: reaches it; a run ending before that deletes it.
     placeholder: int | None = None
+    #: time.monotonic() when it was claimed.
+    claimed_at: float = field(default_factory=time.monotonic)
 
 
 #: What ``claim`` returns of each row, in the order of ``ClaimedRun``'s fields.
@@ -374,12 +376,14 @@ def fail_workflow(run: ClaimedRun, message: str, traceback: str | None, *, retry
 
 
 def release(run: ClaimedRun) -> None:
-    """Give the workflow back to pending on shutdown; the attempt is not spent."""
+    """Give the workflow back to pending (on shutdown, or claimed ahead and
+    left waiting); the attempt is not spent, and idle workers are woken."""
     with transaction.atomic(using=conf.DATABASE):
         _fence(run, status=WorkflowStatus.PENDING, lease_token=None, attempts=F("attempts") - 1)
         _steps().filter(workflow_id=run.id, status=StepStatus.RUNNING).fail(
             "released: the worker shut down during this step"
         )
+        notify_new_work(conf.DATABASE, run.queue)
 
 
 def heartbeat(runs: list[ClaimedRun]) -> list[ClaimedRun]:

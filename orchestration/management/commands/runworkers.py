@@ -19,6 +19,13 @@ def _positive_int(value: str) -> int:
     return number
 
 
+def _non_negative_int(value: str) -> int:
+    number = int(value)
+    if number < 0:
+        raise ValueError(value)
+    return number
+
+
 def _positive_float(value: str) -> float:
     number = float(value)
     if not number > 0:
@@ -40,6 +47,13 @@ class Command(BaseCommand):
         )
         parser.add_argument(
             "--no-listen", action="store_true", help="do not LISTEN for new work; rely on polling (PgBouncer)"
+        )
+        parser.add_argument(
+            "--claim-ahead",
+            type=_non_negative_int,
+            default=None,
+            help="runs kept claimed for busy threads while runs are short; 0: never (default: CLAIM_AHEAD, "
+            "one a thread)",
         )
         parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
 
@@ -66,6 +80,7 @@ class Command(BaseCommand):
             burst=options["burst"],
             poll_interval=options["poll_interval"],
             listen=not options["no_listen"],
+            claim_ahead=options["claim_ahead"],
         )
         worker.run()
 

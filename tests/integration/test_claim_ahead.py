@@ -1,0 +1,118 @@
+"""Claiming ahead: while a process's runs are short, its claims keep a run
+waiting for each busy thread; long runs turn it off, and a run left waiting
+too long goes back to pending for any worker, its attempt unspent."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+import pytest
+from django.core.checks import Error
+from django.db import connection
+
+from orchestration import queue, start_workflows, workflow
+from orchestration.checks import check_settings
+from orchestration.models import Workflow, WorkflowStatus
+from orchestration.sql import NOTIFY_CHANNEL
+from orchestration.worker import CLAIM_AHEAD_WHILE_RUNS_UNDER, Worker
+
+pytestmark = pytest.mark.django_db
+
+
+@workflow("ahead_noop")
+def noop(ctx: Any, data: Any) -> Any:
+    return data
+
+
+def worker_after_runs_of(seconds: float | None, **options: Any) -> Worker:
+    worker = Worker(concurrency=3, **options)
+    if seconds is not None:
+        worker._note_run_time(seconds)
+    return worker
+
+
+def claimed_count() -> int:
+    return Workflow.objects.filter(status=WorkflowStatus.RUNNING).count()
+
+
+def test_claim__after_short_runs__keeps_a_run_waiting_for_each_thread_besides_the_one_asking():
+    start_workflows("ahead_noop", range(10))
+    worker = worker_after_runs_of(0.001)
+    run = worker._next_run()
+    assert run is not None and len(worker._unstarted) == 3 and claimed_count() == 4
+    assert {item.lease_token for item in worker._unstarted} <= set(worker._held)  # heartbeated while they wait
+
+
+def test_claim__before_any_run_has_finished__claims_only_for_the_threads_asking():
+    start_workflows("ahead_noop", range(10))
+    worker = worker_after_runs_of(None)
+    assert worker._next_run() is not None
+    assert not worker._unstarted and claimed_count() == 1
+
+
+def test_claim__after_a_long_run__claims_only_for_the_threads_asking():
+    start_workflows("ahead_noop", range(10))
+    worker = worker_after_runs_of(0.001)
+    worker._note_run_time(60.0)  # one long run among short ones
+    assert worker._next_run() is not None
+    assert not worker._unstarted and claimed_count() == 1
+
+
+def test_claim_ahead__stays_off_until_runs_are_short_again_on_average():
+    worker = worker_after_runs_of(60.0)
+    for _ in range(10):
+        worker._note_run_time(0.001)
+    assert worker._claim_ahead() == 0
+    for _ in range(40):
+        worker._note_run_time(0.001)
+    assert worker._recent_run_seconds is not None and worker._recent_run_seconds < CLAIM_AHEAD_WHILE_RUNS_UNDER
+    assert worker._claim_ahead() == 3
+
+
+def test_claim_ahead_setting__zero__turns_claiming_ahead_off(settings):
+    settings.ORCHESTRATION = {"CLAIM_AHEAD": 0}
+    start_workflows("ahead_noop", range(10))
+    worker = worker_after_runs_of(0.001)
+    assert worker._next_run() is not None
+    assert not worker._unstarted and claimed_count() == 1
+
+
+def test_claim_ahead_option__overrides_the_setting(settings):
+    settings.ORCHESTRATION = {"CLAIM_AHEAD": 0}
+    assert worker_after_runs_of(0.001, claim_ahead=1)._claim_ahead() == 1
+
+
+def test_runs_claimed_ahead__left_waiting_too_long__go_back_to_pending_without_spending_an_attempt():
+    first, second = start_workflows("ahead_noop", [1, 2])
+    worker = worker_after_runs_of(0.001)
+    runs = {run.id: run for run in queue.claim(worker.worker_id, None, limit=2)}
+    runs[first.pk].claimed_at -= 5.0
+    worker._unstarted.extend(runs.values())
+    worker._release_unstarted(waited_longer_than=1.0)
+    assert [run.id for run in worker._unstarted] == [second.pk]
+    released = Workflow.objects.get(pk=first.pk)
+    assert (released.status, released.attempts, released.lease_token) == (WorkflowStatus.PENDING, 0, None)
+    assert not released.steps.exists()  # the claim's record of step 1 is gone with it
+    assert Workflow.objects.get(pk=second.pk).status == WorkflowStatus.RUNNING
+
+
+@pytest.mark.django_db(transaction=True)
+def test_released_run__wakes_idle_workers():
+    params = connection.get_connection_params()
+    keys = ("dbname", "user", "password", "host", "port")
+    conninfo = psycopg.conninfo.make_conninfo(**{k: params[k] for k in keys if params.get(k)})
+    start_workflows("ahead_noop", [1])
+    (run,) = queue.claim("test-worker", None)
+    with psycopg.connect(conninfo, autocommit=True) as listener:
+        listener.execute(f"LISTEN {NOTIFY_CHANNEL}")
+        queue.release(run)
+        assert [notice.payload for notice in listener.notifies(timeout=1.0, stop_after=1)] == ["default"]
+
+
+@pytest.mark.parametrize("value", [-1, 1.5, "4", True])
+def test_claim_ahead_setting__not_a_whole_number_of_zero_or_more__is_a_system_check_error(settings, value):
+    settings.ORCHESTRATION = {"CLAIM_AHEAD": value}
+    errors = [problem for problem in check_settings() if isinstance(problem, Error)]
+    assert [error.id for error in errors] == ["orchestration.E006"]
+    assert "CLAIM_AHEAD" in errors[0].msg

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import uuid
 from typing import TYPE_CHECKING, Any
 
 import psycopg
 from django.db import connections
+from django.db.models.base import ModelState
+from django.db.models.signals import post_init, pre_init
 
 if TYPE_CHECKING:
     from .models import Workflow
@@ -39,10 +42,10 @@ def try_reclaim_lock(alias: str) -> bool:
 
 
 def insert_workflows(
-    alias: str, options: dict[str, Any], ids: list[uuid.UUID], inputs: list[str], keys: list[str | None]
+    alias: str, options: dict[str, Any], ids: list[uuid.UUID], inputs: str, keys: list[str | None]
 ) -> list[Workflow]:
     """``start_workflows`` in one statement: insert a row per ``ids[n]``,
-    ``inputs[n]`` (JSON text), ``keys[n]`` and the shared column ``options``;
+    item n of the JSON array ``inputs``, ``keys[n]`` and the shared column ``options``;
     skip keys already used; NOTIFY the queue once; return the new rows."""
     from .models import Workflow
 
@@ -55,7 +58,7 @@ def insert_workflows(
         WITH new AS (
             INSERT INTO workflows (id, input_data, idempotency_key, {", ".join(map(quote, shared))})
             SELECT r.id, r.input_data, r.idempotency_key, {", ".join(["%s"] * len(shared))}
-            FROM ROWS FROM (unnest(%s::uuid[]), jsonb_array_elements(%s::jsonb), unnest(%s::varchar[]))
+            FROM ROWS FROM (unnest(%s::uuid[]), jsonb_array_elements(%s::jsonb), jsonb_array_elements_text(%s::jsonb))
                 AS r (id, input_data, idempotency_key)
             ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
             RETURNING {returning}
@@ -64,7 +67,9 @@ def insert_workflows(
         )
         SELECT new.* FROM new LEFT JOIN wake ON true
     """
-    params = [*options.values(), ids, f"[{','.join(inputs)}]", keys, NOTIFY_CHANNEL, options["queue"]]
+    # Arrays as text: psycopg's list dumpers were a tenth of a bulk start.
+    id_array = "{" + ",".join(map(str, ids)) + "}"
+    params = [*options.values(), id_array, inputs, json.dumps(keys), NOTIFY_CHANNEL, options["queue"]]
     converters = [(n, f.get_db_converters(connection)) for n, f in enumerate(fields) if f.get_db_converters(connection)]
     attnames = [field.attname for field in fields]
     with connection.cursor() as cursor:
@@ -76,8 +81,27 @@ def insert_workflows(
         for n, field_converters in converters:
             for convert in field_converters:
                 values[n] = convert(values[n], None, connection)
-        workflows.append(Workflow.from_db(alias, attnames, values))
-    return workflows
+        workflows.append(values)
+    return _as_instances(Workflow, alias, attnames, workflows)
+
+
+def _as_instances(model: Any, alias: str, attnames: list[str], rows: list[list[Any]]) -> list[Any]:
+    """``model.from_db`` for each row, without its ``__init__`` where nothing
+    can tell the difference: every column is given, the model has no field
+    with a data descriptor but foreign keys (whose descriptor only clears a
+    cache a new instance lacks), and nothing listens to ``pre_init`` or
+    ``post_init``. That ``__init__`` was a quarter of a bulk start."""
+    if pre_init.has_listeners(model) or post_init.has_listeners(model):
+        return [model.from_db(alias, attnames, row) for row in rows]
+    instances = []
+    new = model.__new__
+    for row in rows:
+        instance = new(model)
+        instance.__dict__.update(zip(attnames, row, strict=True))
+        state = instance._state = ModelState()
+        state.adding, state.db = False, alias
+        instances.append(instance)
+    return instances
 
 
 # -- the worker's hot path ----------------------------------------------------

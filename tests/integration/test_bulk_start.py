@@ -8,6 +8,7 @@ import uuid
 import psycopg
 import pytest
 from django.db import connection, transaction
+from django.db.models.signals import post_init
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
@@ -83,3 +84,41 @@ def test_start_workflows__wakes_idle_workers_once_and_only_at_commit():
             assert list(listener.notifies(timeout=0.3)) == []
         payloads = sorted(notice.payload for notice in listener.notifies(timeout=1.0, stop_after=3))
     assert payloads == ["default", "other"]
+
+
+@pytest.mark.django_db
+def test_start_workflows__names_the_input_over_the_size_limit_or_holding_a_nul(settings):
+    settings.ORCHESTRATION = {"MAX_PAYLOAD_BYTES": 100}
+    with pytest.raises(InvalidWorkflowInput, match="Input 2 of workflow 'echo' is 202 bytes"):
+        start_workflows("echo", [1, 2, "x" * 200])
+    with pytest.raises(InvalidWorkflowInput, match="Input 1 of workflow 'echo' contains a NUL"):
+        start_workflows("echo", [1, "a\x00b"])
+    assert not Workflow.objects.exists()
+
+
+@pytest.mark.django_db
+def test_start_workflows__returns_rows_equal_to_the_stored_ones_in_every_field():
+    started = start_workflows("echo", [{"n": 1}, [1, 2]], idempotency_keys=["key-1", None])
+    for workflow in started:
+        stored = Workflow.objects.get(pk=workflow.pk)
+        for field in Workflow._meta.concrete_fields:
+            assert getattr(workflow, field.attname) == getattr(stored, field.attname), field.name
+        assert (workflow._state.adding, workflow._state.db) == (False, "default")
+    started[0].priority = 9
+    started[0].save(update_fields=["priority"])  # an update of the stored row, not an insert
+    assert Workflow.objects.get(pk=started[0].pk).priority == 9 and Workflow.objects.count() == 2
+
+
+@pytest.mark.django_db
+def test_start_workflows__with_a_post_init_receiver__builds_its_rows_through_the_model():
+    seen: list[Workflow] = []
+
+    def receiver(sender: type, instance: Workflow, **kwargs: object) -> None:
+        seen.append(instance)
+
+    post_init.connect(receiver, sender=Workflow)
+    try:
+        started = start_workflows("echo", [1, 2])
+    finally:
+        post_init.disconnect(receiver, sender=Workflow)
+    assert seen == started and [workflow.input_data for workflow in started] == [1, 2]

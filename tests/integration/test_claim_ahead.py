@@ -4,6 +4,8 @@ too long goes back to pending for any worker, its attempt unspent."""
 
 from __future__ import annotations
 
+import logging
+import time
 from typing import Any
 
 import psycopg
@@ -23,6 +25,11 @@ pytestmark = pytest.mark.django_db
 @workflow("ahead_noop")
 def noop(ctx: Any, data: Any) -> Any:
     return data
+
+
+@workflow("ahead_takes")
+def takes(ctx: Any, seconds: float) -> Any:
+    return ctx.step("take its time", time.sleep, seconds)
 
 
 def worker_after_runs_of(seconds: float | None, **options: Any) -> Worker:
@@ -116,3 +123,17 @@ def test_claim_ahead_setting__not_a_whole_number_of_zero_or_more__is_a_system_ch
     errors = [problem for problem in check_settings() if isinstance(problem, Error)]
     assert [error.id for error in errors] == ["orchestration.E006"]
     assert "CLAIM_AHEAD" in errors[0].msg
+
+
+@pytest.mark.django_db(transaction=True)
+def test_runs_claimed_ahead__behind_a_long_run__go_back_after_a_second_and_run_after_it(caplog):
+    start_workflows("ahead_takes", [0, 0, 0])  # short runs: the process claims ahead
+    slow = start_workflows("ahead_takes", [2.0])[0]
+    late = start_workflows("ahead_takes", [0, 0])  # claimed ahead while the slow run holds the only thread
+    with caplog.at_level(logging.WARNING, logger="orchestration"):
+        Worker(concurrency=1, claim_ahead=2, burst=True, listen=False, poll_interval=0.1).run()
+    assert set(Workflow.objects.values_list("status", flat=True)) == {WorkflowStatus.COMPLETED}
+    released = {record.args[0] for record in caplog.records if "released to pending" in record.getMessage()}
+    assert released == {workflow.pk for workflow in late}
+    assert [Workflow.objects.get(pk=workflow.pk).attempts for workflow in late] == [1, 1]  # the wait spent none
+    assert Workflow.objects.get(pk=slow.pk).attempts == 1

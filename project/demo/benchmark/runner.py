@@ -54,7 +54,7 @@ class Options:
     backlog: int = 10_000
     latency_samples: int = 200
     single_enqueues: int = 500
-    repeat: int = 3
+    repeat: int = 5
     rss_concurrency: int = 8
     worker_args: list[str] = field(default_factory=list)
     keep: bool = False
@@ -122,7 +122,10 @@ class Benchmark:
             ):
                 for round_number in range(1, opts.repeat + 1):
                     self.say(f"round {round_number} of {opts.repeat}")
-                    for name, measure in self._round():
+                    measurements = self._round()
+                    if round_number % 2 == 0:  # every other round backwards: no figure always follows the same one
+                        measurements.reverse()
+                    for name, measure in measurements:
                         self.samples.setdefault(name, []).append(measure())
                 self._latency()
                 self._figures_from(self.samples)

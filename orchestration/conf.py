@@ -20,8 +20,8 @@ DEFAULTS: dict[str, Any] = {
     "SHUTDOWN_GRACE": 30,
     "DATABASE": "default",
     "CONCURRENCY": 4,
-    # Runs a process claims ahead, while its runs are short, for threads still
-    # busy (at most one each); None: as many as its threads; 0: never.
+    # Runs a process keeps claimed ahead of its threads while its runs are
+    # short (see worker.Worker._claim_ahead); None: one a thread; 0: never.
     "CLAIM_AHEAD": None,
     # Queue names workers may serve besides those of registered workflows
     # (for rows enqueued by plain SQL or other languages).

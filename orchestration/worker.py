@@ -96,7 +96,7 @@ class Worker:
         claim_ahead: int | None = None,
     ) -> None:
         self.concurrency = concurrency or conf.CONCURRENCY
-        #: Runs kept claimed for the threads still busy (see ``_claim_ahead``).
+        #: Runs kept claimed ahead of the threads (see ``_claim_ahead``).
         claim_ahead = conf.CLAIM_AHEAD if claim_ahead is None else claim_ahead
         self.claim_ahead: int = self.concurrency if claim_ahead is None else claim_ahead
         self.queues = queues or None

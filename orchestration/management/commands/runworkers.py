@@ -52,7 +52,7 @@ class Command(BaseCommand):
             "--claim-ahead",
             type=_non_negative_int,
             default=None,
-            help="runs kept claimed for busy threads while runs are short; 0: never (default: CLAIM_AHEAD, "
+            help="runs kept claimed ahead of the threads while runs are short; 0: never (default: CLAIM_AHEAD, "
             "one a thread)",
         )
         parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])

@@ -5,6 +5,7 @@ too long goes back to pending for any worker, its attempt unspent."""
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from typing import Any
 
@@ -137,3 +138,16 @@ def test_runs_claimed_ahead__behind_a_long_run__go_back_after_a_second_and_run_a
     assert released == {workflow.pk for workflow in late}
     assert [Workflow.objects.get(pk=workflow.pk).attempts for workflow in late] == [1, 1]  # the wait spent none
     assert Workflow.objects.get(pk=slow.pk).attempts == 1
+
+
+def test_runs_claimed_ahead_for_a_burst__wake_the_idle_threads_to_take_them():
+    start_workflows("ahead_noop", range(3))  # fewer than the claim asks for: nothing more to claim
+    worker = worker_after_runs_of(0.001, poll_interval=30)
+    woken: list[float] = []
+    idle = threading.Thread(target=lambda: (worker._idle(), woken.append(time.monotonic())))
+    idle.start()
+    time.sleep(0.2)  # idling, as threads do between polls
+    asked = time.monotonic()
+    assert worker._next_run() is not None and len(worker._unstarted) == 2
+    idle.join(timeout=5)
+    assert woken and woken[0] - asked < 2  # woken at once, not at its next poll 30 seconds on

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -8,11 +9,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 from django.db import connection
 
 from orchestration import queue
 from orchestration.models import Workflow, WorkflowStatus
+from orchestration.sql import NOTIFY_CHANNEL
 from orchestration.worker import execute
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -38,6 +41,18 @@ def worker_env(**extra: str) -> dict[str, str]:
     env["DATABASE_NAME"] = connection.settings_dict["NAME"]
     env.update(extra)
     return env
+
+
+@contextlib.contextmanager
+def new_work_listener() -> Iterator[psycopg.Connection[Any]]:
+    """A connection of its own to the test database, listening for the NOTIFY
+    that announces new work (so it sees only what other sessions commit)."""
+    params = connection.get_connection_params()
+    keys = ("dbname", "user", "password", "host", "port")
+    conninfo = psycopg.conninfo.make_conninfo(**{k: params[k] for k in keys if params.get(k)})
+    with psycopg.connect(conninfo, autocommit=True) as listener:
+        listener.execute(f"LISTEN {NOTIFY_CHANNEL}")
+        yield listener
 
 
 def runworkers_command(*args: str) -> list[str]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import datetime
 import uuid
 
-import psycopg
 import pytest
 from django.db import connection, transaction
 from django.db.models.signals import post_init
@@ -14,8 +13,7 @@ from django.utils import timezone
 
 from orchestration import InvalidWorkflowInput, UnknownWorkflowType, start_workflow, start_workflows
 from orchestration.models import Workflow, WorkflowStatus
-from orchestration.sql import NOTIFY_CHANNEL
-from tests.conftest import drain
+from tests.conftest import drain, new_work_listener
 
 
 @pytest.mark.django_db
@@ -73,11 +71,7 @@ def test_start_workflows__inside_a_transaction_that_rolls_back__never_existed():
 
 @pytest.mark.django_db(transaction=True)
 def test_start_workflows__wakes_idle_workers_once_and_only_at_commit():
-    params = connection.get_connection_params()
-    keys = ("dbname", "user", "password", "host", "port")
-    conninfo = psycopg.conninfo.make_conninfo(**{k: params[k] for k in keys if params.get(k)})
-    with psycopg.connect(conninfo, autocommit=True) as listener:
-        listener.execute(f"LISTEN {NOTIFY_CHANNEL}")
+    with new_work_listener() as listener:
         with transaction.atomic():
             start_workflows("echo", range(50))
             start_workflows("on_other_queue", range(50))

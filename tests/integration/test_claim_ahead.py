@@ -9,16 +9,14 @@ import threading
 import time
 from typing import Any
 
-import psycopg
 import pytest
 from django.core.checks import Error
-from django.db import connection
 
 from orchestration import queue, start_workflows, workflow
 from orchestration.checks import check_settings
 from orchestration.models import Workflow, WorkflowStatus
-from orchestration.sql import NOTIFY_CHANNEL
 from orchestration.worker import CLAIM_AHEAD_WHILE_RUNS_UNDER, Worker
+from tests.conftest import new_work_listener
 
 pytestmark = pytest.mark.django_db
 
@@ -107,13 +105,9 @@ def test_runs_claimed_ahead__left_waiting_too_long__go_back_to_pending_without_s
 
 @pytest.mark.django_db(transaction=True)
 def test_released_run__wakes_idle_workers():
-    params = connection.get_connection_params()
-    keys = ("dbname", "user", "password", "host", "port")
-    conninfo = psycopg.conninfo.make_conninfo(**{k: params[k] for k in keys if params.get(k)})
     start_workflows("ahead_noop", [1])
     (run,) = queue.claim("test-worker", None)
-    with psycopg.connect(conninfo, autocommit=True) as listener:
-        listener.execute(f"LISTEN {NOTIFY_CHANNEL}")
+    with new_work_listener() as listener:
         queue.release(run)
         assert [notice.payload for notice in listener.notifies(timeout=1.0, stop_after=1)] == ["default"]
 

@@ -1,0 +1,137 @@
+"""What a pending workflow waits for, in one definition.
+
+A waiting workflow is ``pending`` with ``run_after`` at its wake-up time and
+``waiting_for`` saying what it waits for, as ``"<kind>: <detail>"``. The engine
+writes that text (``Wait.text``), ``send_event`` and a finishing child find the
+workflows to wake by it (``waiting_for_event``, ``waiting_kind``), and the admin,
+the reports and the demo read it back (``Wait.parse``, ``pending_reason``).
+"""
+
+from __future__ import annotations
+
+import datetime
+import enum
+from dataclasses import dataclass
+from typing import Any
+
+from django.db.models import Q
+from django.db.models.functions import Now
+
+#: ``run_after`` of a workflow that waits with no time limit: only ``send_event``
+#: or a finishing child wakes it (Python's datetime cannot hold 'infinity').
+WAIT_FOREVER = datetime.datetime(9999, 1, 1, tzinfo=datetime.UTC)
+
+#: ``waiting_for``'s column width.
+MAX_TEXT = 200
+
+
+class WaitKind(enum.StrEnum):
+    TIMER = "timer"
+    EVENT = "event"
+    CHILDREN = "children"
+
+    @property
+    def label(self) -> str:
+        """Words for it: "waiting for {label}"."""
+        return {"timer": "a timer", "event": "an event", "children": "child workflows"}[self.value]
+
+
+@dataclass(frozen=True)
+class Wait:
+    """One wait: its kind, what it names (a timer's name, an event's name, the
+    children's progress) and, for a timer, when it ends."""
+
+    kind: WaitKind
+    detail: str
+    until: datetime.datetime | None = None
+
+    @classmethod
+    def timer(cls, name: str, wake_at: datetime.datetime) -> Wait:
+        return cls(WaitKind.TIMER, name, wake_at)
+
+    @classmethod
+    def event(cls, name: str) -> Wait:
+        return cls(WaitKind.EVENT, name)
+
+    @classmethod
+    def children(cls, finished: int, total: int) -> Wait:
+        return cls(WaitKind.CHILDREN, f"{finished} of {total} finished")
+
+    @property
+    def text(self) -> str:
+        """The ``waiting_for`` column's value."""
+        until = f" until {self.until:%Y-%m-%d %H:%M:%S} UTC" if self.until is not None else ""
+        return f"{self.kind.value}: {self.detail}{until}"[:MAX_TEXT]
+
+    @property
+    def what(self) -> str:
+        """The text without a timer's "until ...", which ``run_after`` says (capped by the deadline)."""
+        return f"{self.kind.value}: {self.detail}"
+
+    @classmethod
+    def parse(cls, text: str | None) -> Wait | None:
+        """The wait a ``waiting_for`` text describes, or None (no wait, or a text
+        no kind of wait writes). A timer's end is not read back: ``run_after`` holds it."""
+        if not text:
+            return None
+        kind, separator, detail = text.partition(": ")
+        if not separator or kind not in WaitKind._value2member_map_:
+            return None
+        if kind == WaitKind.TIMER:
+            detail = detail.rsplit(" until ", 1)[0]
+        return cls(WaitKind(kind), detail)
+
+
+def waiting_for_event(name: str) -> str:
+    """``waiting_for`` of a workflow blocked in ``ctx.wait_for_event(name)``."""
+    return Wait.event(name).text
+
+
+def waiting_kind(kind: WaitKind) -> Q:
+    """Workflows whose ``waiting_for`` is a wait of ``kind``."""
+    return Q(waiting_for__startswith=f"{kind.value}:")
+
+
+def awaited_event(status: str, waiting_for: str | None) -> str | None:
+    """The event a pending workflow waits for, or None when it waits for none."""
+    wait = Wait.parse(waiting_for) if status == "pending" else None
+    return wait.detail if wait is not None and wait.kind == WaitKind.EVENT else None
+
+
+# -- why a pending workflow is pending --------------------------------------------
+
+
+class PendingReason(enum.StrEnum):
+    """Why a pending workflow is pending. The admin's filter, its status column
+    and the overview's queue depth all tell them apart by ``pending_q``."""
+
+    DUE = "due"
+    WAITING = "waiting"
+    RETRYING = "retrying"
+    SCHEDULED = "scheduled"
+
+
+def pending_reason(
+    run_after: datetime.datetime | None, waiting_for: str | None, error_message: str | None, now: datetime.datetime
+) -> PendingReason:
+    if run_after is None or run_after <= now:
+        return PendingReason.DUE
+    if waiting_for:
+        return PendingReason.WAITING
+    return PendingReason.RETRYING if error_message else PendingReason.SCHEDULED
+
+
+def pending_q(reason: PendingReason | WaitKind) -> Q:
+    """The pending workflows that are pending for ``reason`` (or wait for a ``WaitKind``)."""
+    pending = Q(status="pending")
+    if reason == PendingReason.DUE:
+        return pending & (Q(run_after__isnull=True) | Q(run_after__lte=Now()))
+    later = pending & Q(run_after__gt=Now())
+    if isinstance(reason, WaitKind):
+        return later & waiting_kind(reason)
+    conditions: dict[PendingReason, dict[str, Any]] = {
+        PendingReason.WAITING: {"waiting_for__isnull": False},
+        PendingReason.RETRYING: {"waiting_for__isnull": True, "error_message__isnull": False},
+        PendingReason.SCHEDULED: {"waiting_for__isnull": True, "error_message__isnull": True},
+    }
+    return later & Q(**conditions[reason])

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from .decorator import workflow
 from .errors import (
     ChildWorkflowFailed,
     DeadlineExceeded,
@@ -20,7 +21,6 @@ from .errors import (
     UnknownWorkflowType,
     WorkflowCancelled,
 )
-from .registry import workflow
 
 if TYPE_CHECKING:
     from .api import cancel_workflow, restart_workflow, retry_workflow, send_event, start_workflow, start_workflows

@@ -42,8 +42,8 @@ from .conf import conf
 from .errors import InvalidTransition
 from .models import FINISHED_STATUSES, StepStatus, Workflow, WorkflowStatus, WorkflowStep
 from .pagination import EstimatedCountPaginator
-from .queue import WAIT_FOREVER
 from .registry import registered_workflows
+from .waits import WAIT_FOREVER
 
 #: Longest JSON text shown on a page; the rest is cut, with a note.
 JSON_DISPLAY_LIMIT = 20_000

@@ -8,12 +8,13 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 from django.db import transaction
 from django.utils import timezone
 
-from . import queue
+from . import waits
+from .api import start_workflow
 from .conf import conf
 from .errors import (
     ChildWorkflowFailed,
@@ -21,32 +22,16 @@ from .errors import (
     EventTimeout,
     LeaseLost,
     NonDeterministicWorkflow,
+    ReleaseRequested,
+    Suspend,
     WorkflowCancelled,
 )
-from .models import StepStatus, WorkflowStatus
+from .lease import Lease, RecordedStep
+from .models import StepStatus, Workflow, WorkflowStatus
 from .validation import to_json_value, to_timedelta, validate_event_name, validate_step_name
+from .waits import Wait
 
 logger = logging.getLogger(__name__)
-
-T = TypeVar("T")
-
-
-class ReleaseRequested(Exception):
-    """The worker is shutting down: give the workflow back at this step boundary."""
-
-
-class Suspend(Exception):
-    """The workflow waits: release it to pending until ``until`` or a wake-up.
-
-    Raised by the waiting primitives and caught by the worker, so a waiting
-    workflow holds no thread and no connection.
-    """
-
-    def __init__(self, until: datetime.datetime | None, waiting_for: str, ready: Callable[[], bool] | None = None):
-        super().__init__(waiting_for)
-        self.until = until
-        self.waiting_for = waiting_for
-        self.ready = ready
 
 
 @dataclass(frozen=True)
@@ -71,16 +56,14 @@ class WorkflowContext:
 
     def __init__(
         self,
-        run: queue.ClaimedRun,
-        recorded: dict[int, queue.RecordedStep],
+        run: Lease,
+        recorded: dict[int, RecordedStep],
         *,
         should_release: Callable[[], bool] = lambda: False,
-        durable: Callable[[Callable[[], T]], T] | None = None,
     ) -> None:
         self._run = run
         self._recorded = recorded
         self._should_release = should_release
-        self._durable: Callable[[Callable[[], Any]], Any] = durable or (lambda write: write())
         self._next_number = 1
         #: ``(number, name)`` of the step whose body raised, for the failure message.
         self.failed_step: tuple[int, str] | None = None
@@ -119,8 +102,8 @@ class WorkflowContext:
             self._record_step_failure(number, name, exc, started)
             raise
         # Written in one transaction with the run's next write (the next step's
-        # start, the run's end, a wait): see queue.complete_step_deferred.
-        queue.complete_step_deferred(self._run, number, name, output)
+        # start, the run's end, a wait): see Lease.defer_checkpoint.
+        self._run.defer_checkpoint(number, name, output)
         self._completed(number, name, output, started)
         return output
 
@@ -139,7 +122,7 @@ class WorkflowContext:
                 output = to_json_value(fn(*args, **kwargs), f"The result of step {number} {name!r}")
                 # The fence comes last, so the workflow row is locked only for
                 # the commit: a lost lease rolls the step's own writes back too.
-                queue.complete_step(run, number, output)
+                run.complete_step(number, output)
         except (LeaseLost, WorkflowCancelled, ReleaseRequested, Suspend, DeadlineExceeded):
             raise
         except Exception as exc:
@@ -159,10 +142,10 @@ class WorkflowContext:
         assert wake_at is not None
         if timezone.now() + _CLOCK_MARGIN >= wake_at:
             details = {"wake_at": wake_at.isoformat()}
-            self._durable(lambda: queue.complete_step(self._run, number, details))
+            self._run.complete_step(number, details)
             self._completed(number, name, details, None)
             return
-        raise Suspend(wake_at, f"timer: {name} until {wake_at:%Y-%m-%d %H:%M:%S} UTC")
+        raise Suspend(wake_at, Wait.timer(name, wake_at))
 
     def wait_for_event(self, name: str, timeout: float | datetime.timedelta | None = None) -> Any:
         """Wait until ``send_event(workflow_id, name, payload)``, and return the payload.
@@ -181,35 +164,30 @@ class WorkflowContext:
         deadline = timezone.now() + limit if limit is not None else None
         timeout_at = self._wait_started(number, name, recorded, "timeout_at", deadline, extra={"event": name})
         run = self._run
-        found, payload = self._durable(lambda: queue.take_event(run, number, name))
+        found, payload = run.take_event(number, name)
         if found:
             self._completed(number, name, {"payload": payload}, None)
             return payload
         if timeout_at is not None and timezone.now() + _CLOCK_MARGIN >= timeout_at:
             details = {"event": name, "timed_out": True}
-            self._durable(lambda: queue.complete_step(run, number, details))
+            run.complete_step(number, details)
             return self._event_outcome(name, details)
-        raise Suspend(timeout_at, f"event: {name}", ready=lambda: queue.has_unconsumed_event(run.id, name))
+        raise Suspend(timeout_at, Wait.event(name), ready=lambda: waits.has_unconsumed_event(run.id, name))
 
     def start_child(self, workflow_type: str, input_data: Any = None, **options: Any) -> ChildHandle:
         """Start a child workflow (exactly once, recorded as a step) and return its handle."""
-        from .api import start_workflow
-
         name = f"start child {workflow_type}"[:200]
         number, done, recorded_output = self._begin(name)
         if done:
             return ChildHandle(uuid.UUID(recorded_output["workflow_id"]), workflow_type)
         run = self._run
 
-        def start_and_checkpoint() -> dict[str, str]:
-            with transaction.atomic(using=conf.DATABASE):
-                child = start_workflow(workflow_type, input_data, idempotency_key=f"child:{run.id}:{number}", **options)
-                type(child).objects.using(conf.DATABASE).filter(pk=child.pk).update(parent_id=run.id)
-                output = {"workflow_id": str(child.pk)}
-                queue.complete_step(run, number, output)
-                return output
+        def start_child() -> dict[str, str]:
+            child = start_workflow(workflow_type, input_data, idempotency_key=f"child:{run.id}:{number}", **options)
+            Workflow.objects.using(conf.DATABASE).filter(pk=child.pk).update(parent_id=run.id)
+            return {"workflow_id": str(child.pk)}
 
-        output = self._durable(start_and_checkpoint)
+        output = run.complete_step_with(number, start_child)
         self._completed(number, name, output, None)
         return ChildHandle(uuid.UUID(output["workflow_id"]), workflow_type)
 
@@ -222,7 +200,7 @@ class WorkflowContext:
         if recorded is not None and recorded.status == StepStatus.COMPLETED:
             return list(recorded.output)
         self._wait_started(number, name, recorded, None, None, extra={"children": [str(i) for i in ids]})
-        outcomes = self._durable(lambda: queue.workflow_outcomes(ids))
+        outcomes = self._run.outcomes_of(ids)
         for child_id in ids:
             child = outcomes.get(child_id)
             if child is not None and child["status"] in (WorkflowStatus.FAILED, WorkflowStatus.CANCELLED):
@@ -234,10 +212,10 @@ class WorkflowContext:
         finished = sum(1 for child in outcomes.values() if child["status"] == WorkflowStatus.COMPLETED)
         if finished == len(ids):
             outputs = [outcomes[child_id]["output_data"] for child_id in ids]
-            self._durable(lambda: queue.complete_step(self._run, number, outputs))
+            self._run.complete_step(number, outputs)
             self._completed(number, name, outputs, None)
             return outputs
-        raise Suspend(None, f"children: {finished} of {len(ids)} finished", ready=lambda: queue.all_finished(ids))
+        raise Suspend(None, Wait.children(finished, len(ids)), ready=lambda: waits.all_finished(ids))
 
     # -- helpers ------------------------------------------------------------
 
@@ -253,11 +231,10 @@ class WorkflowContext:
         self._check_boundary()
         if recorded_by_claim and number == placeholder:
             return number, False, None
-        run = self._run
-        self._durable(lambda: queue.start_step(run, number, name))
+        self._run.start_step(number, name)
         return number, False, None
 
-    def _next(self, name: str) -> tuple[int, queue.RecordedStep | None]:
+    def _next(self, name: str) -> tuple[int, RecordedStep | None]:
         """Number the next step and check it against the recorded history."""
         validate_step_name(name)
         number = self._next_number
@@ -277,7 +254,7 @@ class WorkflowContext:
         self,
         number: int,
         name: str,
-        recorded: queue.RecordedStep | None,
+        recorded: RecordedStep | None,
         key: str | None,
         default: datetime.datetime | None,
         extra: dict[str, Any] | None = None,
@@ -292,9 +269,8 @@ class WorkflowContext:
         details = {**(extra or {})}
         if key is not None:
             details[key] = default.isoformat() if default else None
-        run = self._run
-        self._durable(lambda: queue.record_wait(run, number, name, details))
-        self._recorded[number] = queue.RecordedStep(number, name, StepStatus.PENDING, details)
+        self._run.record_wait(number, name, details)
+        self._recorded[number] = RecordedStep(number, name, StepStatus.PENDING, details)
         return default
 
     def _event_outcome(self, name: str, output: Any) -> Any:
@@ -306,7 +282,7 @@ class WorkflowContext:
         self.failed_step = (number, name)
         message = f"{type(exc).__name__}: {exc}"
         run = self._run
-        self._durable(lambda: queue.fail_step(run, number, name, message))
+        run.fail_step(number, name, message)
         logger.info(
             'workflow %s (%s) step %d "%s" failed after %.3fs: %s',
             run.id,
@@ -318,7 +294,7 @@ class WorkflowContext:
         )
 
     def _completed(self, number: int, name: str, output: Any, started: float | None) -> None:
-        self._recorded[number] = queue.RecordedStep(number, name, StepStatus.COMPLETED, output)
+        self._recorded[number] = RecordedStep(number, name, StepStatus.COMPLETED, output)
         logger.info(
             'workflow %s (%s) step %d "%s" completed in %.3fs',
             self._run.id,

@@ -6,7 +6,14 @@ Each class's docstring is its default message, so ``raise PermanentError`` and
 
 from __future__ import annotations
 
-from typing import Any
+import datetime
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from django.db import InterfaceError, OperationalError
+
+if TYPE_CHECKING:
+    from .waits import Wait
 
 
 class OrchestrationError(Exception):
@@ -54,3 +61,37 @@ class ChildWorkflowFailed(PermanentError):
 
 class DeadlineExceeded(OrchestrationError):
     """The workflow is past its deadline; it is cancelled at this step boundary."""
+
+
+# -- control flow inside a workflow function: raised by ``ctx``, caught by the worker --
+
+
+class ReleaseRequested(Exception):
+    """The worker is shutting down: give the workflow back at this step boundary."""
+
+
+class Suspend(Exception):
+    """The workflow waits: release it to pending until ``until`` or a wake-up.
+
+    Raised by the waiting primitives and caught by the worker, so a waiting
+    workflow holds no thread and no connection. ``ready()``, checked after the
+    release in the same transaction, says the wake-up already happened.
+    """
+
+    def __init__(self, until: datetime.datetime | None, wait: Wait, ready: Callable[[], bool] | None = None):
+        super().__init__(wait.text)
+        self.until = until
+        self.wait = wait
+        self.ready = ready
+
+
+#: Errors that fail the workflow at once: retrying cannot fix them.
+PERMANENT_ERRORS: tuple[type[BaseException], ...] = (
+    PermanentError,
+    UnknownWorkflowType,
+    NonDeterministicWorkflow,
+    InvalidWorkflowInput,
+)
+
+#: Errors that mean "the database went away", not "this workflow is broken".
+CONNECTION_ERRORS: tuple[type[BaseException], ...] = (OperationalError, InterfaceError)

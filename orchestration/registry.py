@@ -1,8 +1,8 @@
-"""The ``@workflow`` decorator and the registry of workflow types.
+"""The registry of workflow types, and of the queues work can be put on.
 
-Workflows are registered when their module is imported; Django imports every
-installed app's ``workflows.py`` at start-up (see ``apps.py``), so workers and
-web processes know the same types.
+Workflows are registered when their module is imported (``@workflow``, in
+``decorator``); Django imports every installed app's ``workflows.py`` at
+start-up (see ``apps.py``), so workers and web processes know the same types.
 """
 
 from __future__ import annotations
@@ -10,17 +10,14 @@ from __future__ import annotations
 import datetime
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, overload
+from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 
 from .errors import UnknownWorkflowType
 
-if TYPE_CHECKING:
-    from .context import WorkflowContext
-    from .models import Workflow
-
-WorkflowFunction = Callable[["WorkflowContext", Any], Any]
+#: ``fn(ctx, data)``: ctx is a ``context.WorkflowContext``.
+WorkflowFunction = Callable[[Any, Any], Any]
 
 _registry: dict[str, WorkflowDefinition] = {}
 _queue_sources: list[Callable[[], Iterable[str]]] = []
@@ -38,100 +35,11 @@ class WorkflowDefinition:
     #: Cron expression: one run is started per tick (see ``orchestration.schedules``).
     schedule: str | None = None
 
-    def __call__(self, ctx: WorkflowContext, data: Any) -> Any:
+    def __call__(self, ctx: Any, data: Any) -> Any:
         return self.function(ctx, data)
 
-    def start(
-        self,
-        input_data: Any = None,
-        *,
-        idempotency_key: str | None = None,
-        run_after: datetime.datetime | None = None,
-        queue: str | None = None,
-        priority: int | None = None,
-        max_retries: int | None = None,
-        timeout: float | datetime.timedelta | None = None,
-    ) -> Workflow:
-        """Start a run of this workflow; see ``orchestration.start_workflow``."""
-        from .api import start_workflow
 
-        return start_workflow(
-            self.name,
-            input_data,
-            idempotency_key=idempotency_key,
-            run_after=run_after,
-            queue=queue,
-            priority=priority,
-            max_retries=max_retries,
-            timeout=timeout,
-        )
-
-
-@overload
-def workflow(name: WorkflowFunction, /) -> WorkflowDefinition: ...
-@overload
-def workflow(
-    name: str | None = None,
-    /,
-    *,
-    max_retries: int | None = None,
-    queue: str = "default",
-    priority: int = 0,
-    timeout: float | datetime.timedelta | None = None,
-    schedule: str | None = None,
-) -> Callable[[WorkflowFunction], WorkflowDefinition]: ...
-
-
-def workflow(
-    name: str | WorkflowFunction | None = None,
-    /,
-    *,
-    max_retries: int | None = None,
-    queue: str = "default",
-    priority: int = 0,
-    timeout: float | datetime.timedelta | None = None,
-    schedule: str | None = None,
-) -> WorkflowDefinition | Callable[[WorkflowFunction], WorkflowDefinition]:
-    """Register a function ``fn(ctx, data)`` as a workflow type.
-
-    ``@workflow("order_fulfilment", max_retries=3)``; the name defaults to the
-    function's name, so a bare ``@workflow`` works too. ``timeout`` (seconds or
-    a timedelta) cancels a run still going that long after it was started;
-    ``schedule`` (a cron expression, optionally with a sixth field for seconds)
-    starts one run per tick.
-    """
-    if callable(name):
-        return workflow()(name)
-    if max_retries is not None and (not isinstance(max_retries, int) or max_retries < 0):
-        raise ImproperlyConfigured(f"@workflow max_retries must be an integer >= 0, not {max_retries!r}")
-    from .validation import InvalidWorkflowInput, validate_timeout
-
-    try:
-        limit = validate_timeout(timeout)
-    except InvalidWorkflowInput as exc:
-        raise ImproperlyConfigured(f"@workflow {exc}") from None
-    if schedule is not None:
-        from .schedules import validate_schedule
-
-        validate_schedule(schedule)
-
-    def register(function: WorkflowFunction) -> WorkflowDefinition:
-        definition = WorkflowDefinition(
-            name=name or function.__name__,
-            function=function,
-            max_retries=max_retries,
-            queue=queue,
-            priority=priority,
-            timeout=limit,
-            schedule=schedule,
-        )
-        _register(definition)
-        return definition
-
-    return register
-
-
-def _register(definition: WorkflowDefinition) -> None:
+def register(definition: WorkflowDefinition) -> None:
     from .validation import validate_workflow_type
 
     validate_workflow_type(definition.name)

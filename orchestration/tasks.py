@@ -44,8 +44,9 @@ from django.utils import timezone
 from django.utils.json import normalize_json
 from django.utils.module_loading import import_string
 
-from .errors import InvalidWorkflowInput, OrchestrationError, UnknownWorkflowType, WorkflowCancelled
-from .registry import add_queue_source, workflow
+from .decorator import workflow
+from .errors import PERMANENT_ERRORS, InvalidWorkflowInput, OrchestrationError, UnknownWorkflowType, WorkflowCancelled
+from .registry import add_queue_source
 from .validation import STEP_NAME_MAX_LENGTH, NotJSONSerializable, to_json_value, validate_queue
 
 if TYPE_CHECKING:
@@ -328,7 +329,6 @@ def run_task(ctx: WorkflowContext, data: Any) -> Any:
 
 def _call_task(result_id: str) -> Any:
     from .retry import should_retry
-    from .worker import PERMANENT_ERRORS
 
     row, last_attempted_at = _read_row(result_id)
     result = _task_result(row, last_attempted_at)

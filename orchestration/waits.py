@@ -11,11 +11,16 @@ from __future__ import annotations
 
 import datetime
 import enum
+import uuid
 from dataclasses import dataclass
 from typing import Any
 
 from django.db.models import Q
 from django.db.models.functions import Now
+
+from . import sql
+from .conf import conf
+from .models import FINISHED_STATUSES, Workflow, WorkflowEvent, WorkflowStatus
 
 #: ``run_after`` of a workflow that waits with no time limit: only ``send_event``
 #: or a finishing child wakes it (Python's datetime cannot hold 'infinity').
@@ -96,6 +101,42 @@ def awaited_event(status: str, waiting_for: str | None) -> str | None:
     """The event a pending workflow waits for, or None when it waits for none."""
     wait = Wait.parse(waiting_for) if status == "pending" else None
     return wait.detail if wait is not None and wait.kind == WaitKind.EVENT else None
+
+
+# -- what the engine reads and wakes -------------------------------------------------
+
+
+def has_unconsumed_event(workflow_id: uuid.UUID, name: str) -> bool:
+    events = WorkflowEvent.objects.using(conf.DATABASE)
+    return events.filter(workflow_id=workflow_id, name=name, consumed_by_step__isnull=True).exists()
+
+
+def workflow_outcomes(ids: list[uuid.UUID]) -> dict[uuid.UUID, dict[str, Any]]:
+    rows = _workflows().filter(pk__in=ids).values("id", "workflow_type", "status", "output_data", "error_message")
+    return {row["id"]: row for row in rows}
+
+
+def all_finished(ids: list[uuid.UUID]) -> bool:
+    return not _workflows().filter(pk__in=ids).exclude(status__in=FINISHED_STATUSES).exists()
+
+
+def wake_event_waiter(workflow_id: uuid.UUID, name: str, queue: str) -> None:
+    """Event ``name`` arrived: a workflow waiting for it becomes due now."""
+    waiting = _workflows().filter(pk=workflow_id, status=WorkflowStatus.PENDING, waiting_for=waiting_for_event(name))
+    if waiting.update(run_after=None):
+        sql.notify_new_work(conf.DATABASE, queue)
+
+
+def wake_parent(parent_id: uuid.UUID) -> None:
+    """A child finished: its parent, if it waits for children, becomes due now to re-check."""
+    waiting = _workflows().filter(pk=parent_id, status=WorkflowStatus.PENDING).filter(waiting_kind(WaitKind.CHILDREN))
+    if waiting.update(run_after=None):
+        queue_name = _workflows().filter(pk=parent_id).values_list("queue", flat=True).first()
+        sql.notify_new_work(conf.DATABASE, queue_name or "default")
+
+
+def _workflows() -> Any:
+    return Workflow.objects.using(conf.DATABASE)
 
 
 # -- why a pending workflow is pending --------------------------------------------

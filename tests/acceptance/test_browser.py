@@ -18,7 +18,7 @@ from django.urls import reverse
 
 from orchestration import start_workflow
 from tests.admin_support import failed_three_steps, staff_user
-from tests.conftest import ROOT, drain
+from tests.support import ROOT, drain
 
 CHROMIUM = Path("/usr/bin/chromium")
 SCREENSHOTS = ROOT / "test-artifacts" / "screenshots"

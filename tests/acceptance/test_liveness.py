@@ -13,7 +13,7 @@ from django.db import connection
 from orchestration import cancel_workflow, start_workflow
 from orchestration.models import Workflow, WorkflowStep
 from tests.acceptance.test_runworkers import wait_for
-from tests.conftest import start_workers, worker_env
+from tests.support import start_workers, worker_env
 from tests.testapp.models import StepRun
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -10,7 +10,7 @@ import sys
 import pytest
 from django.db import connection
 
-from tests.conftest import ROOT, worker_env
+from tests.support import ROOT, worker_env
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -22,7 +22,7 @@ from django.db import connection
 
 from orchestration import start_workflow, start_workflows
 from orchestration.models import Workflow, WorkflowStatus
-from tests.conftest import run_burst, start_workers, worker_env
+from tests.support import run_burst, start_workers, worker_env
 
 PGBOUNCER = shutil.which("pgbouncer") or ("/usr/sbin/pgbouncer" if Path("/usr/sbin/pgbouncer").exists() else None)
 

@@ -12,9 +12,9 @@ from django.db import connection, connections, transaction
 from django.db.models import Count
 from django.utils import timezone
 
-from orchestration import start_workflow
+from orchestration import claims, start_workflow
 from orchestration.models import Workflow, WorkflowStep
-from tests.conftest import run_burst, start_workers
+from tests.support import run_burst, start_workers
 from tests.testapp.models import StepRun
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -108,7 +108,6 @@ def test_workflow_started_in_a_transaction_is_invisible_to_workers_until_commit(
 
 
 def test_claim_skips_a_row_locked_by_another_connection():
-    from orchestration import queue
 
     locked = start_workflow("echo", "locked")
     free = start_workflow("echo", "free")
@@ -125,7 +124,7 @@ def test_claim_skips_a_row_locked_by_another_connection():
     holder.start()
     try:
         assert holding.wait(10)
-        claimed = queue.claim("w", None, limit=10)
+        claimed = claims.claim("w", None, limit=10)
         assert [run.id for run in claimed] == [free.pk]
     finally:
         release.set()

@@ -17,7 +17,7 @@ from django.utils import timezone
 
 from orchestration.models import Workflow
 from tests.acceptance.test_runworkers import wait_for
-from tests.conftest import ROOT, run_burst, start_workers
+from tests.support import ROOT, run_burst, start_workers
 from tests.testapp import tasks
 from tests.testapp.models import StepRun
 

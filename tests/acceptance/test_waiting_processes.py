@@ -15,7 +15,7 @@ from django.utils import timezone
 from orchestration import send_event, start_workflow
 from orchestration.models import Workflow, WorkflowStep
 from tests.acceptance.test_runworkers import wait_for
-from tests.conftest import run_burst, start_workers, worker_env
+from tests.support import run_burst, start_workers, worker_env
 from tests.testapp.models import LedgerEntry
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -11,12 +11,12 @@ from django.contrib.admin.models import CHANGE, LogEntry
 from django.urls import reverse
 from django.utils import timezone
 
-from orchestration import queue, start_workflow, stats
+from orchestration import claims, start_workflow, stats, waits
 from orchestration.models import Workflow, WorkflowEvent
 from orchestration.worker import execute
 from tests.admin_support import failed_three_steps, staff_user
-from tests.conftest import drain
 from tests.factories import WorkflowFactory, WorkflowStepFactory
+from tests.support import drain
 
 pytestmark = pytest.mark.django_db
 
@@ -49,7 +49,7 @@ def waiting_for_event(
         workflow_type="awaits_approval",
         status="pending",
         waiting_for=f"event: {name}",
-        run_after=None if woken else run_after or queue.WAIT_FOREVER,
+        run_after=None if woken else run_after or waits.WAIT_FOREVER,
         started_at=timezone.now(),
         **fields,
     )
@@ -81,7 +81,7 @@ def waiting_for_children(finished: int, of: int) -> Workflow:
         workflow_type="fan_out",
         status="pending",
         waiting_for=f"children: {finished} of {of} finished",
-        run_after=queue.WAIT_FOREVER,
+        run_after=waits.WAIT_FOREVER,
     )
 
 
@@ -159,7 +159,7 @@ def test_send_event__invalid_json_is_refused_and_nothing_is_sent(admin_client):
     assert "Not valid JSON: Expecting property name enclosed in double quotes: line 1 column 2 (char 1)" in html
     assert "{approved: yes</textarea>" in html  # what was typed is kept, to correct it
     assert not WorkflowEvent.objects.exists() and not LogEntry.objects.exists()
-    assert Workflow.objects.get(pk=workflow.pk).run_after == queue.WAIT_FOREVER
+    assert Workflow.objects.get(pk=workflow.pk).run_after == waits.WAIT_FOREVER
 
 
 @pytest.mark.parametrize(
@@ -197,7 +197,7 @@ def test_send_event__a_name_other_than_the_awaited_one_says_what_the_workflow_wa
     workflow = waiting_for_event("approval")
     response = admin_client.post(send_url(workflow), {"name": "aproval", "payload": "true"}, follow=True)
     assert messages_of(response)[0].endswith("(it waits for 'approval' now).")
-    assert Workflow.objects.get(pk=workflow.pk).run_after == queue.WAIT_FOREVER  # not woken
+    assert Workflow.objects.get(pk=workflow.pk).run_after == waits.WAIT_FOREVER  # not woken
 
 
 def test_send_event__to_a_workflow_that_finished_meanwhile_is_refused_with_a_message(admin_client):
@@ -223,7 +223,7 @@ def test_send_event__a_user_without_the_retry_permission_can_neither_see_nor_sen
     assert client.get(send_url(workflow)).status_code == 403
     assert client.post(send_url(workflow), {"name": "approval", "payload": "{}"}).status_code == 403
     assert not WorkflowEvent.objects.exists()
-    assert Workflow.objects.get(pk=workflow.pk).run_after == queue.WAIT_FOREVER
+    assert Workflow.objects.get(pk=workflow.pk).run_after == waits.WAIT_FOREVER
 
 
 def test_send_event__a_user_with_the_retry_permission_can(client):
@@ -369,7 +369,7 @@ def test_workflow_list__a_parent_filter_that_is_not_an_id_is_refused_not_a_crash
 
 def test_workflow_page__a_real_fan_out_shows_its_children(admin_client):
     parent = start_workflow("fan_out", {"children": 3})
-    (run,) = queue.claim("test-worker", None)
+    (run,) = claims.claim("test-worker", None)
     assert run.id == parent.pk and execute(run) == "waiting"
     html = admin_client.get(change_url(parent)).content.decode()
     assert "children: 0 of 3 finished" in html

@@ -13,7 +13,7 @@ from django.utils import timezone
 
 from orchestration import InvalidWorkflowInput, UnknownWorkflowType, start_workflow, start_workflows
 from orchestration.models import Workflow, WorkflowStatus
-from tests.conftest import drain, new_work_listener
+from tests.support import drain, new_work_listener
 
 
 @pytest.mark.django_db

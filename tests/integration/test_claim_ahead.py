@@ -12,11 +12,11 @@ from typing import Any
 import pytest
 from django.core.checks import Error
 
-from orchestration import queue, start_workflows, workflow
+from orchestration import claims, start_workflows, workflow
 from orchestration.checks import check_settings
 from orchestration.models import Workflow, WorkflowStatus
-from orchestration.worker import CLAIM_AHEAD_WHILE_RUNS_UNDER, Worker
-from tests.conftest import new_work_listener
+from orchestration.worker import CLAIM_AHEAD_WHILE_RUNS_UNDER, Outcome, Worker
+from tests.support import new_work_listener
 
 pytestmark = pytest.mark.django_db
 
@@ -34,7 +34,7 @@ def takes(ctx: Any, seconds: float) -> Any:
 def worker_after_runs_of(seconds: float | None, **options: Any) -> Worker:
     worker = Worker(concurrency=3, **options)
     if seconds is not None:
-        worker._note_run_time(seconds)
+        worker.dispatcher.note_run(Outcome.COMPLETED, seconds)
     return worker
 
 
@@ -45,58 +45,63 @@ def claimed_count() -> int:
 def test_claim__after_short_runs__keeps_a_run_waiting_for_each_thread_besides_the_one_asking():
     start_workflows("ahead_noop", range(10))
     worker = worker_after_runs_of(0.001)
-    run = worker._next_run()
-    assert run is not None and len(worker._unstarted) == 3 and claimed_count() == 4
-    assert {item.lease_token for item in worker._unstarted} <= set(worker._held)  # heartbeated while they wait
+    run = worker.dispatcher.next_run()
+    assert run is not None and len(worker.dispatcher.waiting) == 3 and claimed_count() == 4
+    assert {item.lease_token for item in worker.dispatcher.waiting} <= {
+        run.lease_token for run in worker.dispatcher.held.snapshot()
+    }  # heartbeated while they wait
 
 
 def test_claim__before_any_run_has_finished__claims_only_for_the_threads_asking():
     start_workflows("ahead_noop", range(10))
     worker = worker_after_runs_of(None)
-    assert worker._next_run() is not None
-    assert not worker._unstarted and claimed_count() == 1
+    assert worker.dispatcher.next_run() is not None
+    assert not worker.dispatcher.waiting and claimed_count() == 1
 
 
 def test_claim__after_a_long_run__claims_only_for_the_threads_asking():
     start_workflows("ahead_noop", range(10))
     worker = worker_after_runs_of(0.001)
-    worker._note_run_time(60.0)  # one long run among short ones
-    assert worker._next_run() is not None
-    assert not worker._unstarted and claimed_count() == 1
+    worker.dispatcher.note_run(Outcome.COMPLETED, 60.0)  # one long run among short ones
+    assert worker.dispatcher.next_run() is not None
+    assert not worker.dispatcher.waiting and claimed_count() == 1
 
 
 def test_claim_ahead__stays_off_until_runs_are_short_again_on_average():
     worker = worker_after_runs_of(60.0)
     for _ in range(10):
-        worker._note_run_time(0.001)
-    assert worker._claim_ahead() == 0
+        worker.dispatcher.note_run(Outcome.COMPLETED, 0.001)
+    assert worker.dispatcher.claim_ahead_now() == 0
     for _ in range(40):
-        worker._note_run_time(0.001)
-    assert worker._recent_run_seconds is not None and worker._recent_run_seconds < CLAIM_AHEAD_WHILE_RUNS_UNDER
-    assert worker._claim_ahead() == 3
+        worker.dispatcher.note_run(Outcome.COMPLETED, 0.001)
+    assert (
+        worker.dispatcher.recent_run_seconds is not None
+        and worker.dispatcher.recent_run_seconds < CLAIM_AHEAD_WHILE_RUNS_UNDER
+    )
+    assert worker.dispatcher.claim_ahead_now() == 3
 
 
 def test_claim_ahead_setting__zero__turns_claiming_ahead_off(settings):
     settings.ORCHESTRATION = {"CLAIM_AHEAD": 0}
     start_workflows("ahead_noop", range(10))
     worker = worker_after_runs_of(0.001)
-    assert worker._next_run() is not None
-    assert not worker._unstarted and claimed_count() == 1
+    assert worker.dispatcher.next_run() is not None
+    assert not worker.dispatcher.waiting and claimed_count() == 1
 
 
 def test_claim_ahead_option__overrides_the_setting(settings):
     settings.ORCHESTRATION = {"CLAIM_AHEAD": 0}
-    assert worker_after_runs_of(0.001, claim_ahead=1)._claim_ahead() == 1
+    assert worker_after_runs_of(0.001, claim_ahead=1).dispatcher.claim_ahead_now() == 1
 
 
 def test_runs_claimed_ahead__left_waiting_too_long__go_back_to_pending_without_spending_an_attempt():
     first, second = start_workflows("ahead_noop", [1, 2])
     worker = worker_after_runs_of(0.001)
-    runs = {run.id: run for run in queue.claim(worker.worker_id, None, limit=2)}
+    runs = {run.id: run for run in claims.claim(worker.worker_id, None, limit=2)}
     runs[first.pk].claimed_at -= 5.0
-    worker._unstarted.extend(runs.values())
-    worker._release_unstarted(waited_longer_than=1.0)
-    assert [run.id for run in worker._unstarted] == [second.pk]
+    worker.dispatcher.offer(runs.values())
+    worker.dispatcher.release_waiting(older_than=1.0)
+    assert [run.id for run in worker.dispatcher.waiting] == [second.pk]
     released = Workflow.objects.get(pk=first.pk)
     assert (released.status, released.attempts, released.lease_token) == (WorkflowStatus.PENDING, 0, None)
     assert not released.steps.exists()  # the claim's record of step 1 is gone with it
@@ -106,9 +111,9 @@ def test_runs_claimed_ahead__left_waiting_too_long__go_back_to_pending_without_s
 @pytest.mark.django_db(transaction=True)
 def test_released_run__wakes_idle_workers():
     start_workflows("ahead_noop", [1])
-    (run,) = queue.claim("test-worker", None)
+    (run,) = claims.claim("test-worker", None)
     with new_work_listener() as listener:
-        queue.release(run)
+        run.release()
         assert [notice.payload for notice in listener.notifies(timeout=1.0, stop_after=1)] == ["default"]
 
 
@@ -138,10 +143,10 @@ def test_runs_claimed_ahead_for_a_burst__wake_the_idle_threads_to_take_them():
     start_workflows("ahead_noop", range(3))  # fewer than the claim asks for: nothing more to claim
     worker = worker_after_runs_of(0.001, poll_interval=30)
     woken: list[float] = []
-    idle = threading.Thread(target=lambda: (worker._idle(), woken.append(time.monotonic())))
+    idle = threading.Thread(target=lambda: (worker.dispatcher.idle(), woken.append(time.monotonic())))
     idle.start()
     time.sleep(0.2)  # idling, as threads do between polls
     asked = time.monotonic()
-    assert worker._next_run() is not None and len(worker._unstarted) == 2
+    assert worker.dispatcher.next_run() is not None and len(worker.dispatcher.waiting) == 2
     idle.join(timeout=5)
     assert woken and woken[0] - asked < 2  # woken at once, not at its next poll 30 seconds on

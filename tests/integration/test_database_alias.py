@@ -9,7 +9,7 @@ from django.conf import settings
 from django.db import transaction
 from django.test.utils import override_settings
 
-from orchestration import cancel_workflow, queue, start_workflow, start_workflows
+from orchestration import cancel_workflow, claims, start_workflow, start_workflows
 from orchestration.models import Workflow, WorkflowStatus, WorkflowStep
 from orchestration.stats import success_rate
 from orchestration.worker import execute
@@ -33,7 +33,7 @@ def test_the_engine__reads_and_writes_only_the_configured_alias():
     bulk = start_workflows("echo", [1, 2], idempotency_keys=["one-bulk", None])
     doomed = start_workflow("echo", "to cancel")
     cancel_workflow(doomed.pk)
-    while runs := queue.claim("w", None, limit=2):
+    while runs := claims.claim("w", None, limit=2):
         assert [execute(run) for run in runs] == ["completed"] * len(runs)
     assert counts("default") == (0, 0)
     assert counts("queue") == (4, 5)

@@ -2,9 +2,9 @@
 
 import pytest
 
-from orchestration import start_workflow
+from orchestration import claims, start_workflow
 from orchestration.models import Workflow, WorkflowStep
-from tests.conftest import drain
+from tests.support import drain
 from tests.testapp.models import StepRun
 
 pytestmark = pytest.mark.django_db
@@ -45,10 +45,9 @@ def test_retry__resumes_after_the_last_completed_step():
 
 def test_failed_step__is_recorded_with_its_error_and_the_workflow_retries_with_backoff():
     workflow = start_workflow("always_fails")
-    from orchestration import queue
     from orchestration.worker import execute
 
-    assert execute(queue.claim("w", None)[0]) == "retrying"
+    assert execute(claims.claim("w", None)[0]) == "retrying"
     workflow.refresh_from_db()
     step = steps_of(workflow)[0]
     assert (step.status, step.error_message) == ("failed", "ValueError: boom")
@@ -127,9 +126,8 @@ def test_claim__takes_higher_priority_first_then_oldest():
     low = start_workflow("echo", "low")
     high = start_workflow("echo", "high", priority=10)
     older = start_workflow("echo", "older-low")
-    from orchestration import queue
 
-    order = [queue.claim("w", None)[0].id for _ in range(3)]
+    order = [claims.claim("w", None)[0].id for _ in range(3)]
     assert order == [high.pk, low.pk, older.pk]
 
 
@@ -138,19 +136,16 @@ def test_claim__respects_queues_and_run_after():
 
     from django.utils import timezone
 
-    from orchestration import queue
-
     start_workflow("echo", "later", run_after=timezone.now() + datetime.timedelta(hours=1))
     other = start_workflow("on_other_queue", "x")
-    assert queue.claim("w", ["default"]) == []
-    assert [run.id for run in queue.claim("w", ["other"])] == [other.pk]
+    assert claims.claim("w", ["default"]) == []
+    assert [run.id for run in claims.claim("w", ["other"])] == [other.pk]
 
 
 def test_claim__sets_running_a_fresh_lease_and_counts_the_attempt():
-    from orchestration import queue
 
     workflow = start_workflow("echo", 1)
-    run = queue.claim("worker-a", None)[0]
+    run = claims.claim("worker-a", None)[0]
     workflow.refresh_from_db()
     assert (workflow.status, workflow.attempts, workflow.worker_id) == ("running", 1, "worker-a")
     assert workflow.lease_token == run.lease_token and workflow.started_at is not None

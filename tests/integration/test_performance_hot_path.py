@@ -5,19 +5,22 @@ trips, and a claim plan that stays an index scan."""
 from __future__ import annotations
 
 import datetime
+import threading
+import time
 from typing import Any
 
 import pytest
-from django.db import DataError, connection
+from django.db import DataError, connection, connections
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from orchestration import queue, sql, start_workflow, start_workflows, workflow
+from orchestration import claims, recovery, sql, start_workflow, start_workflows, workflow
 from orchestration.errors import WorkflowCancelled
+from orchestration.lease import Lease
 from orchestration.models import StepStatus, Workflow, WorkflowStatus, WorkflowStep
 from orchestration.worker import Worker, execute
-from tests.conftest import drain
 from tests.factories import WorkflowFactory, WorkflowStepFactory
+from tests.support import drain, other_connection
 
 pytestmark = pytest.mark.django_db
 
@@ -60,7 +63,7 @@ def steps_of(workflow_id: Any) -> dict[int, str]:
 def test_claim__takes_several_workflows_in_one_query_each_with_its_own_lease():
     start_workflows("perf_one_step", [1, 2, 3])
     with CaptureQueriesContext(connection) as queries:
-        runs = queue.claim("w", None, limit=3)
+        runs = claims.claim("w", None, limit=3)
     assert len(queries) == 1
     assert len({run.lease_token for run in runs}) == 3
     rows = Workflow.objects.filter(pk__in=[run.id for run in runs])
@@ -73,17 +76,17 @@ def test_claim__of_a_workflow_never_run__reads_no_steps_and_one_with_steps_reads
     new = start_workflow("perf_one_step")
     recorded = WorkflowFactory(workflow_type="perf_two_steps")
     WorkflowStepFactory(workflow=recorded, step_number=1, step_name="first", output_data="stored")
-    runs = {run.id: run for run in queue.claim("w", None, limit=2)}
+    runs = {run.id: run for run in claims.claim("w", None, limit=2)}
     assert runs[new.pk].fresh and not runs[recorded.pk].fresh
     with CaptureQueriesContext(connection) as queries:
-        assert queue.recorded_steps(runs[new.pk]) == {}
+        assert runs[new.pk].recorded_steps() == {}
     assert len(queries) == 0
-    assert queue.recorded_steps(runs[recorded.pk])[1].output == "stored"
+    assert runs[recorded.pk].recorded_steps()[1].output == "stored"
 
 
 def test_one_step_workflow__runs_in_one_statement_after_its_claim():
     workflow_ = start_workflow("perf_one_step")
-    (run,) = queue.claim("w", None)
+    (run,) = claims.claim("w", None)
     assert steps_of(workflow_.pk) == {1: StepStatus.RUNNING}  # recorded running by the claim
     with CaptureQueriesContext(connection) as queries:
         assert execute(run) == "completed"
@@ -95,12 +98,12 @@ def test_one_step_workflow__runs_in_one_statement_after_its_claim():
 
 def test_step_checkpoint__is_written_with_the_next_step_start_in_one_statement():
     workflow_ = start_workflow("perf_two_steps")
-    (run,) = queue.claim("w", None)
-    queue.start_step(run, 1, "first")
-    queue.complete_step_deferred(run, 1, "one", {"out": 1})
+    (run,) = claims.claim("w", None)
+    run.start_step(1, "first")
+    run.defer_checkpoint(1, "one", {"out": 1})
     assert steps_of(workflow_.pk) == {1: StepStatus.RUNNING}  # not written yet
     with CaptureQueriesContext(connection) as queries:
-        queue.start_step(run, 2, "second")
+        run.start_step(2, "second")
     assert len(queries) == 1
     assert steps_of(workflow_.pk) == {1: StepStatus.COMPLETED, 2: StepStatus.RUNNING}
     first = WorkflowStep.objects.get(workflow_id=workflow_.pk, step_number=1)
@@ -118,7 +121,7 @@ def test_step_checkpoint__survives_a_failure_outside_any_step__and_the_step_does
 
 def test_step_checkpoint__is_written_when_the_run_is_released_for_shutdown():
     workflow_ = start_workflow("perf_two_steps")
-    (run,) = queue.claim("w", None)
+    (run,) = claims.claim("w", None)
     released: list[bool] = []
 
     def should_release() -> bool:  # let step 1 run, then ask to release at step 2's boundary
@@ -137,14 +140,14 @@ def test_step_checkpoint__of_a_run_that_lost_its_lease__is_never_written():
     from orchestration import cancel_workflow
 
     workflow_ = start_workflow("perf_two_steps")
-    (run,) = queue.claim("w", None)
-    queue.start_step(run, 1, "first")
-    queue.complete_step_deferred(run, 1, "one", "late")
+    (run,) = claims.claim("w", None)
+    run.start_step(1, "first")
+    run.defer_checkpoint(1, "one", "late")
     cancel_workflow(workflow_.pk)
     with pytest.raises(WorkflowCancelled):
-        queue.start_step(run, 2, "second")
+        run.start_step(2, "second")
     with pytest.raises(WorkflowCancelled):
-        queue.complete_workflow(run, None)
+        run.complete(None)
     step = WorkflowStep.objects.get(workflow_id=workflow_.pk, step_number=1)
     assert (step.status, step.output_data) == (StepStatus.FAILED, None)
 
@@ -152,43 +155,59 @@ def test_step_checkpoint__of_a_run_that_lost_its_lease__is_never_written():
 def test_unstarted_runs__of_a_stopping_worker_go_back_without_spending_an_attempt():
     start_workflows("perf_one_step", [1, 2])
     worker = Worker(concurrency=2)
-    runs = queue.claim(worker.worker_id, None, limit=2)
-    worker._unstarted.extend(runs)
-    worker._release_unstarted()
+    runs = claims.claim(worker.worker_id, None, limit=2)
+    worker.dispatcher.offer(runs)
+    worker.dispatcher.release_waiting()
     assert set(Workflow.objects.values_list("status", "attempts", "lease_token")) == {(WorkflowStatus.PENDING, 0, None)}
 
 
-def _worker_with_one_run_waiting_and_one_finished() -> tuple[Worker, queue.ClaimedRun, queue.ClaimedRun]:
+def _worker_with_one_run_waiting_and_one_finished() -> tuple[Worker, Lease, Lease]:
     start_workflows("perf_one_step", [1, 2])
     worker = Worker(concurrency=3)
-    waiting, finished = queue.claim(worker.worker_id, None, limit=2)
-    worker._unstarted.append(waiting)
-    worker._finish(queue.FinishedRun(finished, '"done"', 0.0))
+    waiting, finished = claims.claim(worker.worker_id, None, limit=2)
+    worker.dispatcher.offer([waiting])
+    worker.dispatcher.finish(claims.FinishedRun(finished, '"done"', 0.0))
     return worker, waiting, finished
 
 
+@pytest.mark.django_db(transaction=True)  # the claimer in flight is another thread, on its own connection
 def test_next_run__takes_a_run_claimed_for_it_without_waiting_for_the_claim_in_flight():
-    worker, waiting, _ = _worker_with_one_run_waiting_and_one_finished()
-    worker._claiming = True  # another thread's round trip, which writes the finished run next
-    with CaptureQueriesContext(connection) as queries:
-        assert worker._next_run() is waiting
-    assert not queries.captured_queries and worker._finished  # left to the claimer in flight
+    worker, waiting, finished = _worker_with_one_run_waiting_and_one_finished()
+    with other_connection(autocommit=False) as other:
+        # Another thread's round trip, which writes the finished run, waits on this lock.
+        other.execute("SELECT 1 FROM workflows WHERE id = %s FOR UPDATE", [finished.id])
+        claimer = threading.Thread(target=lambda: (worker.dispatcher.next_run(), connections.close_all()))
+        claimer.start()
+        while worker.dispatcher.awaiting_completion:  # until the claimer has taken it
+            time.sleep(0.01)
+        with CaptureQueriesContext(connection) as queries:
+            assert worker.dispatcher.next_run() is waiting
+        assert not queries.captured_queries and claimer.is_alive()  # left to the claimer in flight
+        assert Workflow.objects.get(pk=finished.id).status == WorkflowStatus.RUNNING
+        other.rollback()
+    claimer.join(timeout=10)
+    assert Workflow.objects.get(pk=finished.id).status == WorkflowStatus.COMPLETED
 
 
 def test_next_run__with_no_claim_in_flight__a_finished_run_is_written_before_a_waiting_run_is_taken():
     worker, waiting, finished = _worker_with_one_run_waiting_and_one_finished()
-    assert worker._next_run() is waiting
-    assert Workflow.objects.get(pk=finished.id).status == WorkflowStatus.COMPLETED and not worker._finished
+    assert worker.dispatcher.next_run() is waiting
+    assert (
+        Workflow.objects.get(pk=finished.id).status == WorkflowStatus.COMPLETED
+        and not worker.dispatcher.awaiting_completion
+    )
 
 
 def test_next_run__after_a_claim_found_nothing__a_finished_run_is_still_written_before_idling():
     start_workflows("perf_one_step", [1])
     worker = Worker(concurrency=2)
-    (finished,) = queue.claim(worker.worker_id, None, limit=1)
-    worker._finish(queue.FinishedRun(finished, '"done"', 0.0))
-    worker._last_short_claim = 1  # another thread's claim, made since this one asked, found nothing more
-    assert worker._next_run() is None
-    assert Workflow.objects.get(pk=finished.id).status == WorkflowStatus.COMPLETED and not worker._finished
+    (finished,) = claims.claim(worker.worker_id, None, limit=1)
+    worker.dispatcher.finish(claims.FinishedRun(finished, '"done"', 0.0))
+    assert worker.dispatcher.next_run() is None
+    assert (
+        Workflow.objects.get(pk=finished.id).status == WorkflowStatus.COMPLETED
+        and not worker.dispatcher.awaiting_completion
+    )
 
 
 def test_claim_plan__is_an_index_scan_that_stops_early__with_a_deep_backlog_and_stale_statistics():
@@ -196,9 +215,9 @@ def test_claim_plan__is_an_index_scan_that_stops_early__with_a_deep_backlog_and_
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE workflows")
     start_workflows("perf_one_step", range(10_000))
-    statement, params = queue.claim_statement("w", None, 4)
+    params = claims.claim_params("w", None, [], 4)
     with connection.cursor() as cursor:
-        cursor.execute("EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) " + statement, params)
+        cursor.execute("EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) " + sql.COMPLETE_AND_CLAIM, params)
         plan = "\n".join(row[0] for row in cursor.fetchall())
     assert "Index Scan using idx_workflows_claim" in plan, plan
     assert "Sort" not in plan and "Bitmap" not in plan, plan
@@ -210,29 +229,26 @@ def _plan(statement: str, params: Any) -> str:
         return "\n".join(row[0] for row in cursor.fetchall())
 
 
-def _stale_statistics_with_a_half_drained_backlog() -> list[queue.ClaimedRun]:
+def _stale_statistics_with_a_half_drained_backlog() -> list[Lease]:
     """Statistics of an empty table, then 6,000 queued and 3,000 claimed: the
     planner, left alone, reads every queued row per claim (see sql.INDEX_PLANS_ONLY)."""
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE workflows, workflow_steps")
     start_workflows("perf_one_step", range(6_000))
-    return queue.claim("w", None, limit=3_000)
+    return claims.claim("w", None, limit=3_000)
 
 
 def test_hot_path_plans__with_index_plans_only__stay_index_lookups_with_stale_statistics():
     runs = _stale_statistics_with_a_half_drained_backlog()
     with connection.cursor() as cursor:
         cursor.execute(sql.INDEX_PLANS_ONLY)  # as sql.run_together does, for this transaction
-    statement, params = queue.claim_statement("w", None, 4)
-    claim_plan = _plan(statement, params)
+    claim_plan = _plan(sql.COMPLETE_AND_CLAIM, claims.claim_params("w", None, [], 4))
     assert "Index Scan using idx_workflows_claim" in claim_plan, claim_plan
-    finished = [queue.FinishedRun(run, "null", 0.0) for run in runs[:4]]
+    finished = [claims.FinishedRun(run, "null", 0.0) for run in runs[:4]]
     for item in finished:
-        queue.complete_step_deferred(item.run, 1, "only", None)
-    completions = queue._completions(finished)
-    complete_plan = _plan(sql.COMPLETE_MANY, completions)
-    statement, params = queue.claim_statement("w", None, 4, completing=True)
-    together_plan = _plan(statement, [*completions, *params])
+        item.run.defer_checkpoint(1, "only", None)
+    complete_plan = _plan(sql.COMPLETE_AND_CLAIM, claims.claim_params("w", None, finished, 0))
+    together_plan = _plan(sql.COMPLETE_AND_CLAIM, claims.claim_params("w", None, finished, 4))
     assert "Index Scan using idx_workflows_claim" in together_plan, together_plan
     for plan in (claim_plan, complete_plan, together_plan):
         assert not any(shape in plan for shape in ("Sort", "Bitmap", "Seq Scan", "idx_workflows_running")), plan
@@ -241,13 +257,13 @@ def test_hot_path_plans__with_index_plans_only__stay_index_lookups_with_stale_st
 def test_finish_and_claim__completes_finished_runs_with_their_checkpoints_and_claims_in_one_transaction():
     start_workflows("perf_one_step", [1, 2])
     waiting = start_workflow("perf_one_step", priority=-1)  # claimed after the other two
-    runs = queue.claim("w", None, limit=2)
+    runs = claims.claim("w", None, limit=2)
     for run in runs:
-        queue.complete_step_deferred(run, 1, "only", {"n": str(run.id)})
+        run.defer_checkpoint(1, "only", {"n": str(run.id)})
     done, lost = (Workflow.objects.get(pk=run.id) for run in runs)
     Workflow.objects.filter(pk=lost.pk).update(lease_token=None)  # reclaimed meanwhile
-    finished = [queue.FinishedRun(run, '{"ok": true}', 0.0) for run in runs]
-    claimed, completed = queue.finish_and_claim("w", None, finished, 2)
+    finished = [claims.FinishedRun(run, '{"ok": true}', 0.0) for run in runs]
+    claimed, completed = claims.finish_and_claim("w", None, finished, 2)
     assert completed == {done.pk}
     assert [run.id for run in claimed] == [waiting.pk]
     done.refresh_from_db()
@@ -278,9 +294,9 @@ def test_claim_record_of_step_1__is_deleted_when_the_run_fails_before_calling_a_
 
 def test_claim_record_of_step_1__failed_unnamed_by_a_lost_worker__is_named_by_the_next_attempt():
     workflow_ = start_workflow("perf_one_step")
-    (run,) = queue.claim("dead-worker", None)
+    (run,) = claims.claim("dead-worker", None)
     Workflow.objects.filter(pk=run.id).update(updated_at=run_after_minutes_ago(10))
-    queue.reclaim_stuck(stuck_after=60)
+    recovery.reclaim_stuck(stuck_after=60)
     step = WorkflowStep.objects.get(workflow_id=workflow_.pk)
     assert (step.step_name, step.status) == (None, StepStatus.FAILED)
     assert drain() == ["completed"]
@@ -296,14 +312,16 @@ def run_after_minutes_ago(minutes: int) -> datetime.datetime:
 def test_completions_written_together__one_the_database_refuses_fails_alone_and_the_others_complete():
     start_workflows("perf_one_step", [1, 2])
     worker = Worker(concurrency=2)
-    good, bad = queue.claim(worker.worker_id, None, limit=2)
-    worker._finish(queue.FinishedRun(good, '"fine"', 0.0))
-    worker._finish(queue.FinishedRun(bad, '"\\u0000"', 0.0))  # jsonb refuses NUL; validation normally stops it first
-    assert worker._next_run() is None
+    good, bad = claims.claim(worker.worker_id, None, limit=2)
+    worker.dispatcher.finish(claims.FinishedRun(good, '"fine"', 0.0))
+    worker.dispatcher.finish(
+        claims.FinishedRun(bad, '"\\u0000"', 0.0)
+    )  # jsonb refuses NUL; validation normally stops it first
+    assert worker.dispatcher.next_run() is None
     assert Workflow.objects.get(pk=good.id).status == WorkflowStatus.COMPLETED
     refused = Workflow.objects.get(pk=bad.id)
     assert refused.status == WorkflowStatus.PENDING and "Unicode" in refused.error_message  # retried later
-    assert worker.completed == 1 and not worker._finished
+    assert worker.completed == 1 and not worker.dispatcher.awaiting_completion
 
 
 @pytest.mark.django_db(transaction=True)  # autocommit, as a worker runs

@@ -2,7 +2,7 @@
 
 import pytest
 
-from orchestration import queue, start_workflow
+from orchestration import claims, recovery, start_workflow
 from orchestration.models import Workflow, WorkflowStep
 
 pytestmark = pytest.mark.django_db
@@ -10,8 +10,8 @@ pytestmark = pytest.mark.django_db
 
 def claim_and_die(workflow, step_number=1):
     """A worker claims the workflow, starts a step, and dies (no more heartbeats)."""
-    run = queue.claim("doomed-worker", None)[0]
-    queue.start_step(run, step_number, "first")
+    run = claims.claim("doomed-worker", None)[0]
+    run.start_step(step_number, "first")
     Workflow.objects.filter(pk=workflow.pk).update(updated_at="2000-01-01T00:00:00Z")
     return run
 
@@ -19,7 +19,7 @@ def claim_and_die(workflow, step_number=1):
 def test_reclaim__sends_a_stuck_workflow_back_to_pending_as_a_spent_attempt():
     workflow = start_workflow("three_steps")
     run = claim_and_die(workflow)
-    report = queue.reclaim_stuck(stuck_after=60)
+    report = recovery.reclaim_stuck(stuck_after=60)
     assert report.requeued == [workflow.pk]
     workflow.refresh_from_db()
     assert (workflow.status, workflow.attempts, workflow.lease_token) == ("pending", 1, None)
@@ -30,15 +30,15 @@ def test_reclaim__sends_a_stuck_workflow_back_to_pending_as_a_spent_attempt():
 
 def test_reclaim__leaves_workflows_with_a_recent_heartbeat_alone():
     start_workflow("three_steps")
-    queue.claim("live-worker", None)
-    assert not queue.reclaim_stuck(stuck_after=60)
+    claims.claim("live-worker", None)
+    assert not recovery.reclaim_stuck(stuck_after=60)
     assert Workflow.objects.get().status == "running"
 
 
 def test_reclaim__fails_a_stuck_workflow_with_no_attempts_left():
     workflow = start_workflow("three_steps", max_retries=0)
     claim_and_die(workflow)
-    assert queue.reclaim_stuck(stuck_after=60).failed == [workflow.pk]
+    assert recovery.reclaim_stuck(stuck_after=60).failed == [workflow.pk]
     workflow.refresh_from_db()
     assert workflow.status == "failed" and "no attempts left" in workflow.error_message
 
@@ -48,7 +48,7 @@ def test_reclaim__quarantines_a_workflow_whose_worker_died_at_the_same_step_repe
     workflow = start_workflow("three_steps", max_retries=10)
     for death in range(1, 4):
         claim_and_die(workflow)
-        report = queue.reclaim_stuck(stuck_after=60)
+        report = recovery.reclaim_stuck(stuck_after=60)
         workflow.refresh_from_db()
         assert workflow.worker_deaths == death
     assert report.quarantined == [workflow.pk]
@@ -58,9 +58,9 @@ def test_reclaim__quarantines_a_workflow_whose_worker_died_at_the_same_step_repe
 def test_reclaim__progress_resets_the_death_count():
     workflow = start_workflow("three_steps", max_retries=10)
     claim_and_die(workflow)
-    queue.reclaim_stuck(stuck_after=60)
-    run = queue.claim("w", None)[0]
-    queue.start_step(run, 1, "first")
-    queue.complete_step(run, 1, {})
+    recovery.reclaim_stuck(stuck_after=60)
+    run = claims.claim("w", None)[0]
+    run.start_step(1, "first")
+    run.complete_step(1, {})
     workflow.refresh_from_db()
     assert (workflow.worker_deaths, workflow.lost_at_step) == (0, None)

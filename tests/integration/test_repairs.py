@@ -2,13 +2,13 @@
 
 import pytest
 
-from orchestration import InvalidTransition, InvalidWorkflowInput, queue, start_workflow
+from orchestration import InvalidTransition, InvalidWorkflowInput, claims, start_workflow
 from orchestration.api import requeue_stuck, retry_from_step, skip_step
 from orchestration.errors import LeaseLost
 from orchestration.models import Workflow, WorkflowStep
 from tests.admin_support import failed_three_steps, stuck_running
-from tests.conftest import drain
 from tests.factories import WorkflowFactory
+from tests.support import drain
 from tests.testapp.models import StepRun
 
 pytestmark = pytest.mark.django_db
@@ -141,9 +141,9 @@ def test_requeue_stuck__defaults_to_the_stuck_after_setting(settings):
 
 def test_requeue_stuck__the_old_worker_can_write_nothing_more():
     workflow = start_workflow("three_steps")
-    run = queue.claim("dead-worker", None)[0]
+    run = claims.claim("dead-worker", None)[0]
     Workflow.objects.filter(pk=workflow.pk).update(updated_at=workflow.created_at.replace(year=2000))
     requeue_stuck(workflow, stuck_after=60)
     with pytest.raises(LeaseLost):
-        queue.start_step(run, 1, "first")
+        run.start_step(1, "first")
     assert drain() == ["completed"]

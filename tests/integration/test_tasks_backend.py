@@ -16,11 +16,11 @@ from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist, TaskRes
 from django.tasks.signals import task_enqueued, task_finished, task_started
 from django.utils import timezone
 
-from orchestration import cancel_workflow, retry_workflow, start_workflow
+from orchestration import cancel_workflow, claims, retry_workflow, start_workflow
 from orchestration.models import Workflow, WorkflowStep
 from orchestration.tasks import TASK_WORKFLOW_TYPE, WorkflowBackend
 from orchestration.validation import NotJSONSerializable
-from tests.conftest import drain
+from tests.support import drain
 from tests.testapp import tasks
 
 pytestmark = pytest.mark.django_db
@@ -95,11 +95,10 @@ def test_retries__a_flaky_task_succeeds_on_a_later_attempt():
 
 
 def test_pending_retry__is_ready_with_the_last_attempts_error():
-    from orchestration import queue
     from orchestration.worker import execute
 
     result = tasks.flaky.enqueue(2)
-    assert execute(queue.claim("w1", None)[0]) == "retrying"
+    assert execute(claims.claim("w1", None)[0]) == "retrying"
     waiting = default_task_backend.get_result(result.id)
     assert (waiting.status, waiting.attempts, waiting.worker_ids) == (TaskResultStatus.READY, 1, ["w1"])
     assert [error.exception_class_path for error in waiting.errors] == ["builtins.ConnectionError"]

@@ -6,7 +6,8 @@ from orchestration import (
     InvalidTransition,
     WorkflowCancelled,
     cancel_workflow,
-    queue,
+    claims,
+    recovery,
     restart_workflow,
     retry_workflow,
     start_workflow,
@@ -14,8 +15,8 @@ from orchestration import (
 from orchestration.errors import LeaseLost
 from orchestration.models import WorkflowStep
 from orchestration.worker import execute
-from tests.conftest import drain
 from tests.factories import WorkflowFactory, WorkflowStepFactory
+from tests.support import drain
 
 pytestmark = pytest.mark.django_db
 
@@ -75,11 +76,11 @@ def test_cancel_workflow__refuses_finished_workflows(status):
 
 def test_cancel_workflow__a_running_workflow_stops_at_its_next_step_boundary():
     workflow = start_workflow("three_steps")
-    run = queue.claim("w", None)[0]
-    queue.start_step(run, 1, "first")
+    run = claims.claim("w", None)[0]
+    run.start_step(1, "first")
     cancel_workflow(workflow)
     with pytest.raises(WorkflowCancelled):
-        queue.complete_step(run, 1, {"late": True})
+        run.complete_step(1, {"late": True})
     step = WorkflowStep.objects.get(workflow=workflow, step_number=1)
     assert step.status == "failed" and "cancelled" in step.error_message
     workflow.refresh_from_db()
@@ -88,7 +89,7 @@ def test_cancel_workflow__a_running_workflow_stops_at_its_next_step_boundary():
 
 def test_execute__a_cancelled_run_writes_nothing_more():
     workflow = start_workflow("three_steps")
-    run = queue.claim("w", None)[0]
+    run = claims.claim("w", None)[0]
     cancel_workflow(workflow)
     assert execute(run) == "abandoned"
     workflow.refresh_from_db()
@@ -102,15 +103,15 @@ def test_execute__a_cancelled_run_writes_nothing_more():
 
 def test_fence__a_stale_lease_cannot_write_after_a_new_claim():
     workflow = start_workflow("three_steps")
-    stale = queue.claim("old-worker", None)[0]
+    stale = claims.claim("old-worker", None)[0]
     # The old worker is presumed dead: its workflow is reclaimed and claimed again.
     type(workflow).objects.filter(pk=workflow.pk).update(status="pending", lease_token=None)
-    fresh = queue.claim("new-worker", None)[0]
+    fresh = claims.claim("new-worker", None)[0]
     assert fresh.lease_token != stale.lease_token
     with pytest.raises(LeaseLost):
-        queue.start_step(stale, 1, "first")
+        stale.start_step(1, "first")
     with pytest.raises(LeaseLost):
-        queue.complete_workflow(stale, {"zombie": True})
+        stale.complete({"zombie": True})
     assert stale.lost.is_set()
     assert execute(fresh) == "completed"
     workflow.refresh_from_db()
@@ -119,8 +120,8 @@ def test_fence__a_stale_lease_cannot_write_after_a_new_claim():
 
 def test_release__gives_the_attempt_back():
     workflow = start_workflow("three_steps")
-    run = queue.claim("w", None)[0]
-    queue.release(run)
+    run = claims.claim("w", None)[0]
+    run.release()
     workflow.refresh_from_db()
     assert (workflow.status, workflow.attempts, workflow.lease_token) == ("pending", 0, None)
 
@@ -128,10 +129,10 @@ def test_release__gives_the_attempt_back():
 def test_heartbeat__refreshes_held_workflows_and_reports_lost_ones():
     kept_workflow = start_workflow("echo", 1)
     lost_workflow = start_workflow("echo", 2)
-    runs = {run.id: run for run in queue.claim("w", None, limit=2)}
+    runs = {run.id: run for run in claims.claim("w", None, limit=2)}
     cancel_workflow(lost_workflow)
     type(kept_workflow).objects.filter(pk=kept_workflow.pk).update(updated_at="2000-01-01T00:00:00Z")
-    lost = queue.heartbeat(list(runs.values()))
+    lost = recovery.heartbeat(list(runs.values()))
     assert [run.id for run in lost] == [lost_workflow.pk]
     kept_workflow.refresh_from_db()
     assert kept_workflow.updated_at.year > 2000

@@ -6,9 +6,9 @@ import time
 import pytest
 from django.utils import timezone
 
-from orchestration import InvalidTransition, cancel_workflow, send_event, start_workflow
+from orchestration import InvalidTransition, cancel_workflow, claims, send_event, start_workflow
 from orchestration.models import Workflow, WorkflowEvent, WorkflowStep
-from tests.conftest import drain
+from tests.support import drain
 from tests.testapp.models import LedgerEntry, StepRun
 
 pytestmark = pytest.mark.django_db
@@ -110,13 +110,12 @@ def test_children__are_started_once_and_their_outputs_returned_in_order():
 
 def test_children__the_waiting_parent_is_woken_when_a_child_finishes():
     parent = start_workflow("fan_out", {"children": 1})
-    from orchestration import queue
     from orchestration.worker import execute
 
-    assert execute(queue.claim("w", None)[0]) == "waiting"  # the parent starts its child, then waits
+    assert execute(claims.claim("w", None)[0]) == "waiting"  # the parent starts its child, then waits
     parent.refresh_from_db()
     assert parent.waiting_for == "children: 0 of 1 finished"
-    assert execute(queue.claim("w", None)[0]) == "completed"  # the child
+    assert execute(claims.claim("w", None)[0]) == "completed"  # the child
     parent.refresh_from_db()
     assert parent.run_after is None, "woken by its child"
 

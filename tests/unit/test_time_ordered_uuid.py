@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 import uuid
 
-from orchestration.api import time_ordered_uuid
+from orchestration.enqueue import time_ordered_uuid
 
 
 def test_time_ordered_uuid__is_a_version_7_rfc_9562_uuid():

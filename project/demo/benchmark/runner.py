@@ -34,7 +34,7 @@ from django.core.management import call_command
 from django.db import connections
 from django.test.utils import override_settings
 
-from orchestration import queue, start_workflow, start_workflows
+from orchestration import claims, start_workflow, start_workflows
 from orchestration import sql as orchestration_sql
 from orchestration.conf import conf
 
@@ -234,9 +234,8 @@ class Benchmark:
     def _claim_plan(self) -> list[str]:
         """EXPLAIN (ANALYZE, BUFFERS) of the claim on the loaded table, with a
         backlog inserted in the same (rolled back) transaction."""
-        if not hasattr(queue, "claim_statement"):
-            return []
-        sql, params = queue.claim_statement("benchmark-explain", None, self.options.threads)
+        sql = orchestration_sql.COMPLETE_AND_CLAIM
+        params = claims.claim_params("benchmark-explain", None, [], self.options.threads)
         probe = min(self.options.backlog, 1000)
         with psycopg.connect(self.loaded.conninfo()) as conn:
             conn.execute(ENQUEUE_PROBE, [WORKFLOW_TYPE, probe])

@@ -1,0 +1,92 @@
+"""Claiming runs, and completing the runs a process finished with its next claim.
+
+SKIP LOCKED lets any number of workers claim side by side without ever taking
+the same row; each claimed row gets its own lease token, and the claim commits
+before any user code runs. A worker thread whose workflow returned asks for
+its next one at once, so its completion waits for no more than that claim;
+the threads of a process asking together share the claim, and the completions
+with it (``worker.dispatch``). A worker that dies first loses the completion,
+and the run's last step runs again, as if it had died just before an immediate
+write (step bodies run at least once; a checkpoint is still written once).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import time
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from . import sql
+from .conf import conf
+from .lease import CLAIM_NOTHING, Lease, completion_params
+
+
+@dataclass
+class FinishedRun:
+    """A run whose workflow function returned: its completion is written with
+    the process's next claim."""
+
+    run: Lease
+    output: str  # the result, as JSON text
+    started: float  # time.monotonic() when the attempt began
+
+
+def claim(worker_id: str, queues: list[str] | None, limit: int = 1) -> list[Lease]:
+    """Lock up to ``limit`` due workflows of ``queues`` (None: all), mark them
+    running for ``worker_id``, and commit."""
+    return finish_and_claim(worker_id, queues, [], limit)[0]
+
+
+def finish_and_claim(
+    worker_id: str, queues: list[str] | None, finished: list[FinishedRun], limit: int
+) -> tuple[list[Lease], set[uuid.UUID]]:
+    """Complete ``finished`` and claim up to ``limit`` workflows, in one
+    transaction and one round trip; return the runs claimed and the ids of
+    the runs completed (a finished run missing from them had lost its lease,
+    and nothing of it was written)."""
+    if not finished and not limit:
+        return [], set()
+    (rows,) = sql.run_together(
+        conf.DATABASE, [(sql.COMPLETE_AND_CLAIM, claim_params(worker_id, queues, finished, limit))]
+    )
+    completed = set(rows[0][-1] or ())
+    for item in finished:
+        if item.run.id in completed:
+            item.run.checkpoint = None
+    return _leases(row[:-1] for row in rows if row[0] is not None), completed
+
+
+def claim_params(worker_id: str, queues: list[str] | None, finished: list[FinishedRun], limit: int) -> dict[str, Any]:
+    """``sql.COMPLETE_AND_CLAIM``'s parameters (also for ``EXPLAIN``, by the benchmark and the tests)."""
+    completions = completion_params([(item.run, item.output) for item in finished])
+    return {
+        **completions,
+        **CLAIM_NOTHING,
+        "worker": worker_id,
+        "queues": _queue_array(tuple(queues or ())),
+        "limit": limit,
+    }
+
+
+@functools.lru_cache(maxsize=64)
+def _queue_array(queues: tuple[str, ...]) -> str | None:
+    """The queues as an array literal (NULL: every queue), made once per set."""
+    if not queues:
+        return None
+    return "{" + ",".join(json.dumps(queue, ensure_ascii=False) for queue in queues) + "}"
+
+
+def _leases(rows: Iterable[tuple[Any, ...]]) -> list[Lease]:
+    runs = []
+    now = time.monotonic()
+    for *values, fresh in rows:
+        run = Lease(**dict(zip(sql.CLAIMED_COLUMNS, values, strict=True)), fresh=fresh, claimed_at=now)
+        run.placeholder = 1 if fresh else None  # step 1, recorded running by the claim
+        if isinstance(run.input_data, str):  # Django reads jsonb as text
+            run.input_data = json.loads(run.input_data)
+        runs.append(run)
+    return runs

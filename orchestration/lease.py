@@ -1,0 +1,363 @@
+"""A claimed run, and every write its worker makes.
+
+Each write is fenced: it changes the row only on ``(id, lease_token,
+status='running')``, in one transaction with any step-row write, so a worker
+whose lease was taken (reclaimed as stuck, cancelled, released on shutdown)
+changes nothing, and the row lock the fence takes serialises it against whoever
+took the lease. A write that finds the lease gone raises ``LeaseLost`` (or
+``WorkflowCancelled``) and marks the lease ``lost``.
+
+The writes are retried through a database outage by the lease's ``outage``
+policy (the worker's), unless the caller holds a transaction of its own, which
+an outage has broken anyway.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import functools
+import json
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, NoReturn, TypeVar
+
+from django.db import connections, transaction
+from django.db.models.functions import Now
+
+from . import sql, transitions, waits
+from .conf import conf
+from .errors import CONNECTION_ERRORS, LeaseLost, WorkflowCancelled
+from .models import StepStatus, Workflow, WorkflowEvent, WorkflowStatus, WorkflowStep
+from .retry import backoff_seconds, should_retry
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class DeferredCheckpoint:
+    """A completed step whose checkpoint goes with the run's next write."""
+
+    number: int
+    name: str
+    output: Any
+    returned_at: float  # time.monotonic() when the step's body returned
+
+    def age(self, now: float) -> float:
+        """Seconds since the body returned: ``completed_at`` is written that far back."""
+        return max(0.0, now - self.returned_at)
+
+
+@dataclass(frozen=True)
+class RecordedStep:
+    number: int
+    name: str | None
+    status: str
+    output: Any
+
+
+@dataclass
+class OutagePolicy:
+    """Retry a write through a database outage while the lease may still be
+    ours: until it is lost, ``give_up`` is set, or ``STUCK_AFTER`` has passed
+    (by then the run is reclaimed). ``pause(error, failures)`` waits between tries."""
+
+    give_up: threading.Event
+    pause: Callable[[BaseException, int], None]
+
+    def write(self, lease: Lease, attempt: Callable[[], T]) -> T:
+        failures = 0
+        give_up_at = time.monotonic() + conf.STUCK_AFTER
+        while True:
+            try:
+                return attempt()
+            except CONNECTION_ERRORS as exc:
+                failures += 1
+                if lease.lost.is_set() or self.give_up.is_set() or time.monotonic() > give_up_at:
+                    raise LeaseLost(f"Workflow {lease.id}: database unavailable too long ({exc})") from exc
+                self.pause(exc, failures)
+
+
+def _through_outages(method: Callable[..., T]) -> Callable[..., T]:
+    @functools.wraps(method)
+    def write(lease: Lease, *args: Any, **kwargs: Any) -> T:
+        policy = lease.outage
+        if policy is None or connections[conf.DATABASE].in_atomic_block:
+            return method(lease, *args, **kwargs)
+        return policy.write(lease, lambda: method(lease, *args, **kwargs))
+
+    return write
+
+
+@dataclass(eq=False)
+class Lease:
+    """A workflow this process holds, with the lease that fences its writes."""
+
+    id: uuid.UUID
+    workflow_type: str
+    input_data: Any
+    lease_token: uuid.UUID
+    attempts: int
+    max_retries: int
+    queue: str
+    parent_id: uuid.UUID | None = None
+    deadline: datetime.datetime | None = None
+    lost: threading.Event = field(default_factory=threading.Event)
+    #: Claimed for the first time, with no step recorded.
+    fresh: bool = False
+    #: A completed step whose checkpoint goes with the run's next write.
+    checkpoint: DeferredCheckpoint | None = None
+    #: The step the claim recorded running (see ``sql.COMPLETE_AND_CLAIM``),
+    #: until the run reaches it; a run ending before that deletes it.
+    placeholder: int | None = None
+    #: time.monotonic() when it was claimed.
+    claimed_at: float = field(default_factory=time.monotonic)
+    outage: OutagePolicy | None = None
+
+    # -- reads --------------------------------------------------------------------
+
+    @_through_outages
+    def recorded_steps(self) -> dict[int, RecordedStep]:
+        if self.fresh:  # the claim saw no step recorded
+            self.fresh = False
+            return {}
+        rows = _steps().filter(workflow_id=self.id).values_list("step_number", "step_name", "status", "output_data")
+        return {number: RecordedStep(number, name, status, output) for number, name, status, output in rows}
+
+    @_through_outages
+    def outcomes_of(self, children: list[uuid.UUID]) -> dict[uuid.UUID, dict[str, Any]]:
+        return waits.workflow_outcomes(children)
+
+    # -- steps --------------------------------------------------------------------
+
+    @_through_outages
+    def start_step(self, number: int, name: str) -> None:
+        """Record step ``number`` running, in one statement with the previous
+        step's deferred checkpoint."""
+        self._fenced(sql.START_STEP, step=number, name=name)
+
+    def defer_checkpoint(self, number: int, name: str, output: Any) -> None:
+        """Keep step ``number``'s checkpoint to write it with the run's next
+        write (the next step's start, the run's end or release, a wait), in the
+        same transaction: one transaction a step is saved.
+
+        Nothing is weakened: a worker that dies before that write loses the
+        checkpoint, and the step runs again, exactly as when it dies just
+        before an immediate write (step bodies run at least once; the
+        checkpoint is still written once).
+        """
+        self.checkpoint = DeferredCheckpoint(number, name, output, time.monotonic())
+
+    @_through_outages
+    def complete_step(self, number: int, output: Any) -> None:
+        """Write the step's checkpoint and advance ``current_step`` in one transaction."""
+        with transaction.atomic(using=conf.DATABASE):
+            # Progress ends a crash loop: deaths are counted at one step in a row.
+            self._fence(current_step=number, worker_deaths=0, lost_at_step=None)
+            _steps().filter(workflow_id=self.id, step_number=number).update(
+                status=StepStatus.COMPLETED, output_data=output, completed_at=Now(), error_message=None
+            )
+
+    @_through_outages
+    def complete_step_with(self, number: int, write: Callable[[], Any]) -> Any:
+        """Run ``write`` and checkpoint what it returns as step ``number``, in one transaction."""
+        with transaction.atomic(using=conf.DATABASE):
+            output = write()
+            self.complete_step(number, output)
+            return output
+
+    @_through_outages
+    def fail_step(self, number: int, name: str, message: str) -> None:
+        with transaction.atomic(using=conf.DATABASE):
+            self._fence()
+            _steps().filter(workflow_id=self.id, step_number=number).fail(message, name=name)
+
+    # -- the run's end ------------------------------------------------------------
+
+    @_through_outages
+    def complete(self, output: Any) -> None:
+        """Mark the run completed with its result (and its last step's deferred
+        checkpoint); the completion statement the worker batches, for one run."""
+        params = {**completion_params([(self, json.dumps(output))]), **CLAIM_NOTHING}
+        with self._transaction_if(self.placeholder is not None):
+            (rows,) = sql.run_together(conf.DATABASE, [(sql.COMPLETE_AND_CLAIM, params)])
+            if not rows[0][-1]:
+                self._lost()
+            self.checkpoint = None
+            self._drop_placeholder()
+
+    @_through_outages
+    def fail(self, message: str, traceback: str | None, *, retryable: bool) -> float | None:
+        """Fail this attempt: back to pending after a backoff while attempts remain
+        (returns the delay in seconds), else failed for good (returns None)."""
+        if retryable and should_retry(self.attempts, self.max_retries):
+            delay = backoff_seconds(self.attempts, conf.RETRY_BACKOFF, conf.RETRY_BACKOFF_MAX)
+            self._fence(lambda rows: transitions.retry_later(rows, delay, message, traceback))
+            return delay
+        self._fence(lambda rows: transitions.fail(rows, message, traceback))
+        return None
+
+    @_through_outages
+    def release(self) -> None:
+        """Give the workflow back to pending (on shutdown, or claimed ahead and
+        left waiting); the attempt is not spent, and idle workers are woken."""
+        with transaction.atomic(using=conf.DATABASE):
+            self._fence(transitions.release)
+            _steps().filter(workflow_id=self.id, status=StepStatus.RUNNING).fail(
+                "released: the worker shut down during this step"
+            )
+            sql.notify_new_work(conf.DATABASE, self.queue)
+
+    @_through_outages
+    def cancel_past_deadline(self) -> None:
+        assert self.deadline is not None
+        message = f"Deadline exceeded: the workflow had to finish by {self.deadline.isoformat()}; cancelled."
+        with transaction.atomic(using=conf.DATABASE):
+            self._fence(lambda rows: transitions.cancel_past_deadline(rows, message))
+            _steps().filter(workflow_id=self.id, status=StepStatus.RUNNING).fail(message)
+
+    @_through_outages
+    def wake_parent(self) -> None:
+        """This run finished: let its parent, if it waits for children, re-check now."""
+        if self.parent_id is not None:
+            waits.wake_parent(self.parent_id)
+
+    # -- waits --------------------------------------------------------------------
+
+    @_through_outages
+    def record_wait(self, number: int, name: str, details: dict[str, Any]) -> None:
+        """Record a waiting step (``pending``, started) with what it waits for, so
+        a replay after a restart waits for the same thing until the same time."""
+        with transaction.atomic(using=conf.DATABASE):
+            self._fence()
+            fields = dict(step_name=name, status=StepStatus.PENDING, started_at=Now(), output_data=details)
+            if not _steps().filter(workflow_id=self.id, step_number=number).update(**fields):
+                _steps().create(workflow_id=self.id, step_number=number, **fields)
+
+    @_through_outages
+    def suspend(self, until: datetime.datetime | None, wait: waits.Wait, ready: Callable[[], bool] | None) -> None:
+        """Release a waiting workflow to pending until ``until`` (or until woken),
+        without spending its attempt. ``ready()`` is checked after the release, in
+        the same transaction, so a wake-up that raced with it is never lost."""
+        wake_at = until or waits.WAIT_FOREVER
+        if self.deadline is not None:
+            wake_at = min(wake_at, self.deadline)
+        with transaction.atomic(using=conf.DATABASE):
+            self._fence(lambda rows: transitions.suspend(rows, wake_at, wait.text))
+            if ready is not None and ready():
+                _workflows().filter(pk=self.id).update(run_after=None)
+
+    @_through_outages
+    def take_event(self, number: int, name: str) -> tuple[bool, Any]:
+        """Consume the oldest unconsumed event ``name`` and checkpoint it as step
+        ``number`` in one transaction. Returns (found, payload)."""
+        events = WorkflowEvent.objects.using(conf.DATABASE)
+        with transaction.atomic(using=conf.DATABASE):
+            event = (
+                events.select_for_update()
+                .filter(workflow_id=self.id, name=name, consumed_by_step__isnull=True)
+                .order_by("id")
+                .values("id", "payload")
+                .first()
+            )
+            if event is None:
+                return False, None
+            events.filter(pk=event["id"]).update(consumed_by_step=number)
+            # Fenced: a lost lease rolls the consumption back with the checkpoint.
+            self.complete_step(number, {"event_id": event["id"], "payload": event["payload"]})
+            return True, event["payload"]
+
+    # -- the fence ----------------------------------------------------------------
+
+    def _fence(self, move: Callable[[Any], int] | None = None, **changes: Any) -> None:
+        """Make ``move`` (a function of ``transitions``, given this run's fenced
+        row), or touch the row with ``changes``, if and only if this run still
+        holds it; write the deferred checkpoint first, in the same transaction,
+        and delete the claim's unused placeholder step."""
+        with self._transaction_if(self.checkpoint is not None or self.placeholder is not None):
+            if self.checkpoint is not None:
+                self._fenced(sql.FENCE)
+            held = _workflows().filter(pk=self.id, lease_token=self.lease_token, status=WorkflowStatus.RUNNING)
+            if move(held) if move is not None else held.update(updated_at=Now(), **changes):
+                self._drop_placeholder()
+                return
+            self._lost()
+
+    def _fenced(self, statement: str, **params: Any) -> None:
+        """Run ``sql.FENCE`` or ``sql.START_STEP``, which write nothing unless
+        this run still holds the workflow; the deferred checkpoint goes with it."""
+        params.update(id=self.id, lease=self.lease_token, **self.checkpoint_params())
+        (rows,) = sql.run_together(conf.DATABASE, [(statement, params)])
+        if not rows or not rows[0][0]:
+            self._lost()
+        self.checkpoint = None
+
+    def checkpoint_params(self) -> dict[str, Any]:
+        checkpoint = self.checkpoint
+        if checkpoint is None:
+            return sql.NO_CHECKPOINT
+        return {
+            "checkpoint_step": checkpoint.number,
+            "checkpoint_name": checkpoint.name,
+            "checkpoint_output": json.dumps(checkpoint.output),
+            "checkpoint_age": checkpoint.age(time.monotonic()),
+        }
+
+    def _transaction_if(self, several_writes: bool) -> Any:
+        """A transaction for a fenced write that makes ``several_writes``, unless
+        the caller's already holds them together; else nothing (one statement is
+        its own transaction)."""
+        if several_writes and not connections[conf.DATABASE].in_atomic_block:
+            return transaction.atomic(using=conf.DATABASE)
+        return contextlib.nullcontext()
+
+    def _drop_placeholder(self) -> None:
+        """The run ends (or waits) without having reached the step its claim
+        recorded running: delete that row, which no step ever named."""
+        if self.placeholder is not None:
+            _steps().filter(workflow_id=self.id, step_number=self.placeholder, step_name__isnull=True).delete()
+            self.placeholder = None
+
+    def _lost(self) -> NoReturn:
+        self.lost.set()
+        status = _workflows().filter(pk=self.id).values_list("status", flat=True).first()
+        if status == WorkflowStatus.CANCELLED:
+            raise WorkflowCancelled(f"Workflow {self.id} was cancelled.")
+        raise LeaseLost(f"Workflow {self.id} is no longer held by this worker (it is {status}).")
+
+
+#: ``sql.COMPLETE_AND_CLAIM``'s claim parameters when it only completes.
+CLAIM_NOTHING: dict[str, Any] = {"worker": None, "queues": None, "limit": 0}
+
+
+def completion_params(finished: list[tuple[Lease, str]]) -> dict[str, Any]:
+    """``sql.COMPLETE_AND_CLAIM``'s parameters that complete each ``(lease,
+    output as JSON text)``, with its deferred checkpoint; in id order, so that
+    two batches lock their rows in one order."""
+    finished = sorted(finished, key=lambda item: str(item[0].id))
+    checkpoints = [lease.checkpoint for lease, _ in finished]
+    now = time.monotonic()
+
+    def array(values: Any) -> str:  # an array literal: psycopg's list dumper costs more
+        return "{" + ",".join(values) + "}"
+
+    return {
+        "ids": array(str(lease.id) for lease, _ in finished),
+        "leases": array(str(lease.lease_token) for lease, _ in finished),
+        "outputs": "[" + ",".join(output for _, output in finished) + "]",
+        "steps": array(str(checkpoint.number) if checkpoint else "NULL" for checkpoint in checkpoints),
+        "step_names": json.dumps([checkpoint.name if checkpoint else None for checkpoint in checkpoints]),
+        "step_outputs": json.dumps([checkpoint.output if checkpoint else None for checkpoint in checkpoints]),
+        "ages": array(f"{checkpoint.age(now) if checkpoint else 0.0:.6f}" for checkpoint in checkpoints),
+    }
+
+
+def _workflows() -> Any:
+    return Workflow.objects.using(conf.DATABASE)
+
+
+def _steps() -> Any:
+    return WorkflowStep.objects.using(conf.DATABASE)

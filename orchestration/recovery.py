@@ -1,0 +1,138 @@
+"""Runs whose worker died: the heartbeat that proves a worker alive, and the
+reclaim that sends a silent run back to pending (or fails it).
+
+Recovery never executes anything: a reclaimed run is claimed like any other.
+The workers' periodic sweep (``reclaim_stuck``) and an operator's
+``requeue_stuck`` make the same decision (``_reclaim``): the attempt the run
+was on stays spent; a run with none left, or whose worker died
+``MAX_WORKER_DEATHS`` times in a row at the same step, fails instead.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import uuid
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from django.db import transaction
+from django.db.models.functions import Now
+
+from . import transitions
+from .conf import conf
+from .errors import InvalidTransition
+from .models import StepStatus, Workflow, WorkflowStatus, WorkflowStep
+from .retry import should_retry
+from .sql import try_reclaim_lock
+
+if TYPE_CHECKING:
+    from .lease import Lease
+
+logger = logging.getLogger(__name__)
+
+WORKER_LOST = "worker lost"
+
+#: The columns ``_reclaim`` decides on.
+_DECIDES_ON = ("id", "attempts", "max_retries", "current_step", "worker_deaths", "lost_at_step", "worker_id")
+
+
+def heartbeat(leases: list[Lease]) -> list[Lease]:
+    """Refresh ``updated_at`` of every run still held; return the ones lost."""
+    if not leases:
+        return []
+    tokens = [lease.lease_token for lease in leases]
+    with transaction.atomic(using=conf.DATABASE):
+        held_rows = Workflow.objects.using(conf.DATABASE).filter(lease_token__in=tokens, status=WorkflowStatus.RUNNING)
+        held_rows.update(updated_at=Now())
+        held = set(held_rows.values_list("lease_token", flat=True))
+    return [lease for lease in leases if lease.lease_token not in held]
+
+
+@dataclass
+class ReclaimReport:
+    requeued: list[uuid.UUID] = field(default_factory=list)
+    failed: list[uuid.UUID] = field(default_factory=list)
+    quarantined: list[uuid.UUID] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(self.requeued or self.failed or self.quarantined)
+
+
+def _stuck(stuck_after: float) -> Any:
+    """Running rows with no heartbeat for ``stuck_after`` seconds, locked (skipping rows another holds)."""
+    return (
+        Workflow.objects.using(conf.DATABASE)
+        .filter(status=WorkflowStatus.RUNNING, updated_at__lt=Now() - datetime.timedelta(seconds=stuck_after))
+        .select_for_update(skip_locked=True)
+        .values(*_DECIDES_ON)
+    )
+
+
+def reclaim_stuck(stuck_after: float | None = None, batch: int = 500) -> ReclaimReport | None:
+    """Send runs whose worker stopped heartbeating back to pending (or fail
+    them, see the module's docstring). Returns None when another process holds
+    the sweep lock."""
+    stuck_after = conf.STUCK_AFTER if stuck_after is None else stuck_after
+    report = ReclaimReport()
+    with transaction.atomic(using=conf.DATABASE):
+        if not try_reclaim_lock(conf.DATABASE):
+            return None
+        for row in _stuck(stuck_after)[:batch]:
+            lost_step = row["current_step"] + 1
+            reason = f"{WORKER_LOST}: {row['worker_id'] or 'a worker'} stopped heartbeating during step {lost_step}"
+            _reclaim(row, reason, report)
+    for workflow_id in report.requeued:
+        logger.warning("workflow %s: worker lost, requeued", workflow_id)
+    for workflow_id in report.failed + report.quarantined:
+        logger.error("workflow %s: worker lost, failed", workflow_id)
+    return report
+
+
+def requeue_stuck(workflow: transitions.WorkflowRef, stuck_after: float | None = None) -> Workflow:
+    """Send a running workflow whose worker stopped heartbeating back to pending.
+
+    Only a workflow with no heartbeat for ``stuck_after`` seconds (default
+    ``STUCK_AFTER``) qualifies, so a live worker is never robbed of its work.
+    The rules are the workers' own sweep's: the attempt stays spent, the step
+    that was running is marked failed, and a run with no attempt left (or in a
+    crash loop) fails instead. The dead worker's lease is revoked, so it can
+    write nothing more should it wake up.
+    """
+    stuck_after = conf.STUCK_AFTER if stuck_after is None else stuck_after
+    workflow_id = transitions.workflow_id_of(workflow)
+    reason = f"requeued by an operator: no heartbeat for {stuck_after:g} seconds"
+    with transaction.atomic(using=conf.DATABASE):
+        row = _stuck(stuck_after).filter(pk=workflow_id).first()
+        if row is None:
+            status = Workflow.objects.using(conf.DATABASE).get(pk=workflow_id).status
+            raise InvalidTransition(
+                f"Cannot requeue workflow {workflow_id}: it is {status}, and only a running workflow "
+                f"with no heartbeat for {stuck_after:g} seconds can be."
+            )
+        _reclaim(row, reason, ReclaimReport())
+        return Workflow.objects.using(conf.DATABASE).get(pk=workflow_id)
+
+
+def _reclaim(row: dict[str, Any], reason: str, report: ReclaimReport) -> None:
+    """Requeue, fail or quarantine one locked stuck run, and fail the step it was running."""
+    lost_step = row["current_step"] + 1
+    deaths = row["worker_deaths"] + 1 if row["lost_at_step"] == lost_step else 1
+    steps = WorkflowStep.objects.using(conf.DATABASE).filter(workflow_id=row["id"], status=StepStatus.RUNNING)
+    steps.fail(reason)
+    lost = {"worker_deaths": deaths, "lost_at_step": lost_step}
+    rows = Workflow.objects.using(conf.DATABASE).filter(pk=row["id"])
+    if deaths >= conf.MAX_WORKER_DEATHS:
+        message = (
+            f"Quarantined: the worker died {deaths} times in a row during step {lost_step}; "
+            "the step may crash its process (os._exit, out of memory). Fix it, then retry the workflow."
+        )
+        transitions.fail_stuck(rows, message, **lost)
+        report.quarantined.append(row["id"])
+    elif should_retry(row["attempts"], row["max_retries"]):
+        transitions.requeue_stuck(rows, reason, **lost)
+        report.requeued.append(row["id"])
+    else:
+        message = f"{reason}; no attempts left ({row['attempts']} of {row['max_retries'] + 1})."
+        transitions.fail_stuck(rows, message, **lost)
+        report.failed.append(row["id"])

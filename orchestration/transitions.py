@@ -1,0 +1,274 @@
+"""Every change of a workflow's status: the legal moves, and one function each.
+
+``MOVES`` declares them: from which statuses, to which, and who may make the
+move. The worker's hot moves (claim, complete) are single statements kept in
+``sql``; every other move is one conditional UPDATE made here by ``_move``, which
+also writes what entering the target status always writes (``ENTERING``). The
+worker's moves are given the fenced row of the run (``lease.Lease``), so a
+worker that lost its lease changes nothing; the operator's moves check the
+status they start from in the UPDATE itself, so they are safe against a worker
+changing the same row at the same moment.
+"""
+
+from __future__ import annotations
+
+import datetime
+import enum
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import transaction
+from django.db.models import F, Q, QuerySet
+from django.db.models.functions import Least, Now
+
+from . import sql
+from .conf import conf
+from .errors import InvalidTransition
+from .models import StepStatus, Workflow, WorkflowStatus, WorkflowStep
+from .validation import to_json_value
+
+WorkflowRef = Workflow | uuid.UUID | str
+
+PENDING, RUNNING, COMPLETED, FAILED, CANCELLED = (
+    WorkflowStatus.PENDING,
+    WorkflowStatus.RUNNING,
+    WorkflowStatus.COMPLETED,
+    WorkflowStatus.FAILED,
+    WorkflowStatus.CANCELLED,
+)
+
+
+class Actor(enum.StrEnum):
+    WORKER = "worker"  # the process holding the run's lease
+    SWEEP = "sweep"  # any process, for a run whose worker stopped heartbeating
+    OPERATOR = "operator"  # user code, the admin, the management commands
+
+
+@dataclass(frozen=True)
+class Move:
+    sources: tuple[WorkflowStatus, ...]
+    target: WorkflowStatus
+    by: tuple[Actor, ...]
+
+
+MOVES: dict[str, Move] = {
+    # Written by sql.COMPLETE_AND_CLAIM:
+    "claim": Move((PENDING,), RUNNING, (Actor.WORKER,)),
+    "complete": Move((RUNNING,), COMPLETED, (Actor.WORKER,)),
+    # The worker's, on its fenced row:
+    "retry_later": Move((RUNNING,), PENDING, (Actor.WORKER,)),
+    "fail": Move((RUNNING,), FAILED, (Actor.WORKER,)),
+    "release": Move((RUNNING,), PENDING, (Actor.WORKER,)),
+    "suspend": Move((RUNNING,), PENDING, (Actor.WORKER,)),
+    "cancel_past_deadline": Move((RUNNING,), CANCELLED, (Actor.WORKER,)),
+    # A run whose worker stopped heartbeating (recovery.reclaim):
+    "requeue_stuck": Move((RUNNING,), PENDING, (Actor.SWEEP, Actor.OPERATOR)),
+    "fail_stuck": Move((RUNNING,), FAILED, (Actor.SWEEP, Actor.OPERATOR)),
+    # The operator's:
+    "retry": Move((FAILED, CANCELLED), PENDING, (Actor.OPERATOR,)),
+    "retry_from_step": Move((FAILED, CANCELLED), PENDING, (Actor.OPERATOR,)),
+    "skip_step": Move((FAILED, CANCELLED), PENDING, (Actor.OPERATOR,)),
+    "restart": Move((FAILED, CANCELLED, COMPLETED), PENDING, (Actor.OPERATOR,)),
+    "cancel": Move((PENDING, RUNNING), CANCELLED, (Actor.OPERATOR,)),
+}
+
+#: What every move into a status writes besides the status: no status but
+#: ``running`` has a lease, and a finished run has its finishing time.
+ENTERING: dict[WorkflowStatus, dict[str, Any]] = {
+    PENDING: {"lease_token": None},
+    FAILED: {"lease_token": None, "finished_at": Now()},
+    CANCELLED: {"lease_token": None, "finished_at": Now(), "run_after": None},
+}
+
+#: What an operator's retry resets: the run starts its attempts afresh.
+FRESH_RUN: dict[str, Any] = {
+    "attempts": 0,
+    "error_message": None,
+    "error_traceback": None,
+    "run_after": None,
+    "finished_at": None,
+    "worker_deaths": 0,
+    "lost_at_step": None,
+}
+
+#: States an operator can repair a workflow from (retry, retry from a step, skip a step).
+REPAIRABLE = MOVES["retry"].sources
+
+
+def _move(rows: QuerySet[Workflow], name: str, **changes: Any) -> int:
+    """Make move ``name`` on ``rows`` that are in one of its source statuses;
+    return how many moved."""
+    move = MOVES[name]
+    return rows.filter(status__in=move.sources).update(
+        status=move.target, updated_at=Now(), **{**ENTERING.get(move.target, {}), **changes}
+    )
+
+
+# -- the worker's moves (``rows``: the run's row, fenced by its lease) -------------
+
+
+def retry_later(rows: QuerySet[Workflow], delay: float, message: str, traceback: str | None) -> int:
+    after = Now() + datetime.timedelta(seconds=delay)
+    return _move(rows, "retry_later", run_after=after, error_message=message, error_traceback=traceback)
+
+
+def fail(rows: QuerySet[Workflow], message: str, traceback: str | None) -> int:
+    return _move(rows, "fail", error_message=message, error_traceback=traceback)
+
+
+def release(rows: QuerySet[Workflow]) -> int:
+    """Back to pending, the attempt given back (a shutdown, a run claimed ahead left waiting)."""
+    return _move(rows, "release", attempts=F("attempts") - 1)
+
+
+def suspend(rows: QuerySet[Workflow], wake_at: datetime.datetime, waiting_for: str) -> int:
+    """Back to pending until ``wake_at`` (or a wake-up), the attempt given back: a wait spends none."""
+    return _move(rows, "suspend", attempts=F("attempts") - 1, run_after=wake_at, waiting_for=waiting_for)
+
+
+def cancel_past_deadline(rows: QuerySet[Workflow], message: str) -> int:
+    return _move(rows, "cancel_past_deadline", error_message=message)
+
+
+# -- a run whose worker stopped heartbeating ---------------------------------------
+
+
+def requeue_stuck(rows: QuerySet[Workflow], reason: str, **lost: Any) -> int:
+    """Back to pending, the attempt it was on spent; ``lost``: the crash-loop count."""
+    return _move(rows, "requeue_stuck", error_message=reason, run_after=None, **lost)
+
+
+def fail_stuck(rows: QuerySet[Workflow], message: str, **lost: Any) -> int:
+    return _move(rows, "fail_stuck", error_message=message, **lost)
+
+
+# -- the operator's moves ----------------------------------------------------------
+
+
+def workflow_id_of(workflow: WorkflowRef) -> uuid.UUID:
+    if isinstance(workflow, Workflow):
+        return workflow.pk
+    return workflow if isinstance(workflow, uuid.UUID) else uuid.UUID(str(workflow))
+
+
+def operator_move(
+    workflow: WorkflowRef,
+    name: str,
+    verb: str,
+    *,
+    changes: dict[str, Any] | None = None,
+    where: Q | None = None,
+    requirement: str | None = None,
+    discard_steps_after: int | None = None,
+    notify: bool = True,
+) -> Workflow:
+    """Make move ``name`` on one workflow, or raise ``InvalidTransition`` saying
+    what it is and what ``verb`` needs (``requirement``). Returns the row after it."""
+    move = MOVES[name]
+    workflow_id = workflow_id_of(workflow)
+    alias = conf.DATABASE
+    rows = Workflow.objects.using(alias)
+    with transaction.atomic(using=alias):
+        candidates = rows.filter(pk=workflow_id)
+        if where is not None:
+            candidates = candidates.filter(where)
+        changed = _move(candidates, name, **(changes or {}))
+        current = rows.get(pk=workflow_id)  # raises Workflow.DoesNotExist for an unknown id
+        if not changed:
+            requirement = requirement or f"a {' or '.join(move.sources)} workflow"
+            raise InvalidTransition(
+                f"Cannot {verb} workflow {workflow_id}: it is {current.status}, and only {requirement} can be."
+            )
+        if discard_steps_after is not None:
+            WorkflowStep.objects.using(alias).filter(
+                workflow_id=workflow_id, step_number__gt=discard_steps_after
+            ).delete()
+        if notify:
+            sql.notify_new_work(alias, current.queue)
+    return current
+
+
+def retry_workflow(workflow: WorkflowRef) -> Workflow:
+    """Send a failed or cancelled workflow back to pending with fresh attempts.
+
+    Completed steps keep their checkpoints, so it resumes after the last one.
+    """
+    return operator_move(workflow, "retry", "retry", changes=FRESH_RUN)
+
+
+def restart_workflow(workflow: WorkflowRef) -> Workflow:
+    """Run a finished workflow again from its first step, discarding every checkpoint."""
+    changes = {"current_step": 0, "output_data": None, **FRESH_RUN}
+    return operator_move(workflow, "restart", "restart", changes=changes, discard_steps_after=0)
+
+
+def cancel_workflow(workflow: WorkflowRef, reason: str = "Cancelled.") -> Workflow:
+    """Cancel a pending or running workflow.
+
+    A running workflow's worker notices at its next step boundary (or
+    heartbeat) and writes nothing more; the step it was running is marked
+    failed now, since its result will never be recorded.
+    """
+    workflow_id = workflow_id_of(workflow)
+    alias = conf.DATABASE
+    with transaction.atomic(using=alias):
+        result = operator_move(workflow_id, "cancel", "cancel", changes={"error_message": reason}, notify=False)
+        steps = WorkflowStep.objects.using(alias).filter(workflow_id=workflow_id)
+        steps.filter(status=StepStatus.RUNNING).fail(f"Workflow cancelled while this step ran: {reason}")
+        # A wait (timer, event, children) recorded but not over ends here too.
+        steps.filter(status=StepStatus.PENDING).fail(f"Workflow cancelled while it waited: {reason}")
+    return result
+
+
+def retry_from_step(workflow: WorkflowRef, step_number: int) -> Workflow:
+    """Send a failed or cancelled workflow back to pending from step ``step_number``.
+
+    The checkpoints of that step and of every later one are discarded, so they
+    run again; earlier steps keep theirs and replay from them. Attempts start afresh.
+    """
+    _check_step_number(step_number, "retry from")
+    changes = {"current_step": Least(F("current_step"), step_number - 1), "output_data": None, **FRESH_RUN}
+    return operator_move(workflow, "retry_from_step", "retry", changes=changes, discard_steps_after=step_number - 1)
+
+
+def skip_step(workflow: WorkflowRef, step_number: int, output: Any) -> Workflow:
+    """Record ``output`` as the result of a failed step, and resume the workflow after it.
+
+    For a failed or cancelled workflow whose step ``step_number`` (the one after
+    its last completed step) failed, when an operator did that step's work by
+    hand: the step becomes completed with ``output`` as its checkpoint, and the
+    workflow goes back to pending with fresh attempts, resuming at the next step.
+    """
+    _check_step_number(step_number, "skip")
+    value = to_json_value(output, f"The output supplied for step {step_number}")
+    workflow_id = workflow_id_of(workflow)
+    alias = conf.DATABASE
+    requirement = f"a failed or cancelled workflow whose step {step_number} failed, right after its last completed one"
+    with transaction.atomic(using=alias):
+        # The conditional UPDATE of the workflow row locks it first, so no worker
+        # or other transition can change the workflow or its steps meanwhile.
+        result = operator_move(
+            workflow_id,
+            "skip_step",
+            f"skip step {step_number} of",
+            where=Q(current_step=step_number - 1),
+            requirement=requirement,
+            changes={"current_step": step_number, **FRESH_RUN},
+        )
+        skipped = (
+            WorkflowStep.objects.using(alias)
+            .filter(workflow_id=workflow_id, step_number=step_number, status=StepStatus.FAILED)
+            .update(status=StepStatus.COMPLETED, output_data=value, completed_at=Now(), error_message=None)
+        )
+        if not skipped:
+            raise InvalidTransition(
+                f"Cannot skip step {step_number} of workflow {workflow_id}: that step has not failed; "
+                f"only {requirement} can be."
+            )
+    return result
+
+
+def _check_step_number(step_number: Any, verb: str) -> None:
+    if isinstance(step_number, bool) or not isinstance(step_number, int) or step_number < 1:
+        raise InvalidTransition(f"Cannot {verb} step {step_number!r}: steps are numbered from 1.")

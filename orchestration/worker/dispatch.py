@@ -1,0 +1,325 @@
+"""The hand-off between a process's worker threads: who claims, which thread
+takes which run, and completions written with the next claim.
+
+One thread at a time is the claimer: in one round trip it completes every run
+the threads finished since the last claim and claims a run (each with its own
+lease) for each thread asking (``claims.finish_and_claim``). The others take
+theirs from the runs waiting as soon as they are there, without waiting for
+the claim in flight, and a thread whose finished run awaits writing becomes
+the next claimer when none is in flight: a completion waits for one round trip
+at most, and a busy process keeps a claim in flight while its threads run.
+
+While the process's runs are short, it claims ahead: a run waits for each busy
+thread, which takes it at once when it finishes, and each round trip writes and
+claims several runs. A run claimed ahead that waited too long goes back to
+pending for any worker (``release_waiting``).
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import logging
+import threading
+import time
+import uuid
+
+from django.db import DatabaseError
+
+from ..claims import FinishedRun, finish_and_claim
+from ..errors import CONNECTION_ERRORS, LeaseLost, WorkflowCancelled
+from ..lease import Lease
+from .execution import Outcome, log_completed, record_failure
+
+logger = logging.getLogger(__name__)
+
+#: Runs are claimed ahead of the threads only while this process's recent
+#: attempts took less than this many seconds on average, so a run claimed
+#: ahead waits about that long for a thread.
+CLAIM_AHEAD_WHILE_RUNS_UNDER = 0.05
+#: A run claimed ahead that no thread has started after this many seconds
+#: (every thread met a long run) goes back to pending for any worker.
+CLAIM_AHEAD_TIMEOUT = 1.0
+
+
+class HeldRuns:
+    """The runs this process holds a lease on, by lease token: heartbeated while
+    held, released on shutdown. Shared by every thread."""
+
+    def __init__(self) -> None:
+        self._runs: dict[uuid.UUID, Lease] = {}
+        self._lock = threading.Lock()
+
+    def add(self, *runs: Lease) -> None:
+        with self._lock:
+            self._runs.update((run.lease_token, run) for run in runs)
+
+    def discard(self, *runs: Lease) -> None:
+        with self._lock:
+            for run in runs:
+                self._runs.pop(run.lease_token, None)
+
+    def __contains__(self, run: Lease) -> bool:
+        with self._lock:
+            return run.lease_token in self._runs
+
+    def snapshot(self) -> list[Lease]:
+        with self._lock:
+            return list(self._runs.values())
+
+
+class Dispatcher:
+    """Hands claimed runs to a process's threads; see the module's docstring."""
+
+    def __init__(
+        self,
+        worker_id: str,
+        queues: list[str] | None,
+        *,
+        claim_ahead: int,
+        poll_interval: float,
+        stopping: threading.Event,
+    ) -> None:
+        self.worker_id = worker_id
+        self.queues = queues
+        self.claim_ahead = claim_ahead
+        self.poll_interval = poll_interval
+        self.stopping = stopping
+        self.held = HeldRuns()
+        self.completed = 0
+        self.failed = 0
+        self._wakeup = threading.Condition()
+        # The hand-off, all guarded by ``_handoff``:
+        self._handoff = threading.Condition()
+        #: claimed for a thread that has not taken it yet;
+        self._waiting: collections.deque[Lease] = collections.deque()
+        #: runs finished by this process's threads, to complete with the next claim;
+        self._finished: list[FinishedRun] = []
+        #: threads in ``next_run``; whether one of them is in a claim round trip;
+        self._asking = 0
+        self._claiming = False
+        #: claims begun so far, and the number of the last one that found less than it asked for.
+        self._claims = 0
+        self._last_short_claim = 0
+        #: A moving average of this process's attempts' durations, in seconds (None before the first).
+        self._recent_run_seconds: float | None = None
+
+    # -- what the threads call ------------------------------------------------------
+
+    def next_run(self) -> Lease | None:
+        """A claimed run for this thread, or None when nothing is due (or the
+        process is stopping and nothing awaits writing)."""
+        with self._handoff:
+            self._asking += 1
+            asked_before_claim = self._claims
+        try:
+            while True:
+                with self._handoff:
+                    while True:
+                        if self.stopping.is_set() and not self._finished:
+                            return None
+                        if self._waiting and not self.stopping.is_set() and (self._claiming or not self._finished):
+                            return self._waiting.popleft()
+                        if not (self._waiting or self._finished) and self._last_short_claim > asked_before_claim:
+                            return None  # a claim made since this thread asked found nothing more for it
+                        if not self._claiming:
+                            break
+                        self._handoff.wait()
+                    claim = self._become_claimer(claiming_runs=not self.stopping.is_set())
+                self._claim_round(*claim)
+        finally:
+            with self._handoff:
+                self._asking -= 1
+
+    def finish(self, item: FinishedRun) -> None:
+        """A run returned: its completion goes with the process's next claim."""
+        with self._handoff:
+            self._finished.append(item)
+
+    def note_run(self, outcome: Outcome, seconds: float) -> None:
+        """Count an attempt's outcome and fold its duration into the moving
+        average ``claim_ahead_now`` reads (a fifth of the way to each new one:
+        one long run turns claiming ahead off at once, and it stays off until a
+        couple of dozen short ones)."""
+        if outcome == Outcome.COMPLETED:
+            self.completed += 1
+        elif outcome in (Outcome.FAILED, Outcome.RETRYING):
+            self.failed += 1
+        recent = self._recent_run_seconds
+        self._recent_run_seconds = seconds if recent is None else recent + 0.2 * (seconds - recent)
+
+    @property
+    def recent_run_seconds(self) -> float | None:
+        return self._recent_run_seconds
+
+    def claim_ahead_now(self) -> int:
+        """How many runs to claim besides one for each thread asking: none
+        before a run finished or while recent runs were long."""
+        recent = self._recent_run_seconds
+        if recent is None or recent >= CLAIM_AHEAD_WHILE_RUNS_UNDER:
+            return 0
+        return self.claim_ahead
+
+    @property
+    def waiting(self) -> tuple[Lease, ...]:
+        """The runs claimed for threads that have not taken them yet, oldest first."""
+        with self._handoff:
+            return tuple(self._waiting)
+
+    @property
+    def awaiting_completion(self) -> int:
+        """Finished runs whose completion is not written yet."""
+        with self._handoff:
+            return len(self._finished)
+
+    def offer(self, runs: list[Lease]) -> None:
+        """Runs claimed for this process's threads to take (held from now on)."""
+        self.held.add(*runs)
+        with self._handoff:
+            self._waiting.extend(runs)
+            self._handoff.notify_all()
+
+    def flush_finished(self) -> None:
+        """Complete what is left to complete, claiming nothing (a thread stopping)."""
+        with self._handoff:
+            while self._claiming:
+                self._handoff.wait()
+            if not self._finished:
+                return
+            claim = self._become_claimer(claiming_runs=False)
+        try:
+            self._claim_round(*claim)
+        except DatabaseError:
+            logger.exception("worker %s: could not complete finished workflows; they will be released", self.worker_id)
+
+    def release_waiting(self, older_than: float | None = None) -> None:
+        """Give back, without spending an attempt, every run waiting for a thread
+        (the threads stopped), or those claimed more than ``older_than`` seconds
+        ago (claimed ahead for threads that stayed busy so long)."""
+        with self._handoff:
+            if older_than is None:
+                released = list(self._waiting)
+                self._waiting.clear()
+            else:
+                released = []
+                claimed_before = time.monotonic() - older_than
+                while self._waiting and self._waiting[0].claimed_at < claimed_before:
+                    released.append(self._waiting.popleft())
+        for run in released:
+            self.give_back(run)
+
+    def give_back(self, run: Lease) -> None:
+        """Release a held run to pending, its attempt unspent."""
+        self.held.discard(run)
+        try:
+            run.release()
+            logger.warning("workflow %s (%s) released to pending", run.id, run.workflow_type)
+        except (LeaseLost, WorkflowCancelled):
+            pass
+        except DatabaseError:
+            logger.exception("workflow %s: could not release; it will be reclaimed as stuck", run.id)
+
+    # -- idle threads ------------------------------------------------------------------
+
+    def idle(self) -> None:
+        """Wait for new work (a wake-up) or the next poll."""
+        with self._wakeup:
+            self._wakeup.wait(timeout=self.poll_interval)
+
+    def wake_all(self) -> None:
+        with self._wakeup:
+            self._wakeup.notify_all()
+
+    def wake(self, threads: int = 1) -> None:
+        """Wake ``threads`` idle threads. New work wakes one; a thread that claimed
+        as many as it asked for wakes the next, and so on while there is more:
+        waking every thread for one run makes them contend for the GIL and the
+        hand-off, which delays the one that takes it."""
+        if threads > 0:
+            with self._wakeup:
+                self._wakeup.notify(threads)
+
+    # -- the claimer -------------------------------------------------------------------
+
+    def _become_claimer(self, claiming_runs: bool) -> tuple[int, list[FinishedRun], int]:
+        """With ``_handoff`` held and no claim in flight: take the finished runs
+        to write, and count the runs to claim (one for each thread asking, less
+        those waiting). Returns the claim's number, those runs and that count."""
+        self._claiming = True
+        self._claims += 1
+        finished, self._finished = self._finished, []
+        wanted = max(0, self._asking + self.claim_ahead_now() - len(self._waiting)) if claiming_runs else 0
+        return self._claims, finished, wanted
+
+    def _claim_round(self, number: int, finished: list[FinishedRun], wanted: int) -> None:
+        """The claimer's round trip; then no claim is in flight, and the
+        threads waiting for its end look again."""
+        claimed = -1
+        try:
+            claimed = self._finish_and_claim(finished, wanted)
+        finally:
+            with self._handoff:
+                self._claiming = False
+                if 0 <= claimed < wanted:
+                    self._last_short_claim = number
+                self._handoff.notify_all()
+
+    def _finish_and_claim(self, finished: list[FinishedRun], wanted: int) -> int:
+        """Complete ``finished``, claim up to ``wanted`` for the threads; return how many were claimed."""
+        try:
+            runs, completed = finish_and_claim(self.worker_id, self.queues, finished, wanted)
+        except CONNECTION_ERRORS:
+            with self._handoff:  # written by the next claim, or released with the rest on shutdown
+                self._finished[:0] = finished
+            raise
+        except DatabaseError:
+            if not finished:
+                raise
+            # One run's completion the database refuses must not hold back the
+            # others' forever: complete each on its own, then claim.
+            logger.exception("worker %s: completing %d runs together failed; one by one", self.worker_id, len(finished))
+            for item in finished:
+                self._complete_alone(item)
+            return self._finish_and_claim([], wanted)
+        self.held.discard(*(item.run for item in finished))
+        self.offer(runs)
+        with self._handoff:
+            # Each thread asking takes one; idle threads take the rest (claimed
+            # ahead while they idled: a burst of new work), not the askers one by one.
+            idle_threads_wanted = len(self._waiting) - self._asking
+        if wanted and len(runs) == wanted:
+            idle_threads_wanted += 1  # there may be more: an idle thread claims next
+        self.wake(idle_threads_wanted)
+        for item in finished:
+            if item.run.id in completed:
+                self.completed += 1
+                log_completed(item.run, item.started)
+            else:
+                item.run.lost.set()
+                logger.warning(
+                    "workflow %s (%s) stopped: no longer held by this worker (cancelled or reclaimed); "
+                    "its completion was not written",
+                    item.run.id,
+                    item.run.workflow_type,
+                )
+        return len(runs)
+
+    def _complete_alone(self, item: FinishedRun) -> None:
+        """Complete one finished run in its own transaction; a completion the
+        database refuses fails the attempt with the database's error."""
+        run = item.run
+        self.held.discard(run)
+        try:
+            run.complete(json.loads(item.output))
+        except CONNECTION_ERRORS:
+            raise
+        except DatabaseError as exc:
+            run.checkpoint = None  # it may be what was refused; the step runs again
+            outcome = record_failure(run, None, exc, time.monotonic() - item.started)
+            logger.warning("workflow %s (%s): its completion was refused: %s", run.id, run.workflow_type, outcome)
+            return
+        except (LeaseLost, WorkflowCancelled) as exc:
+            logger.warning("workflow %s (%s) stopped: %s", run.id, run.workflow_type, exc)
+            return
+        self.completed += 1
+        log_completed(run, item.started)

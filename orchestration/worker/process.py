@@ -1,0 +1,233 @@
+"""The ``runworkers`` process: its worker threads, its signals and its shutdown.
+
+Each worker thread has its own database connection (Django's connections are
+per thread). Runs are claimed in short transactions (``dispatch``), user code
+runs outside any transaction (``execution``), and every write is a fenced
+write of the run's lease. Recovery never executes anything: stuck workflows go
+back to pending and are claimed like any other (``services``).
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+import os
+import secrets
+import signal
+import socket
+import threading
+import time
+from typing import Any
+
+from django.db import connections
+
+from ..conf import conf
+from ..errors import CONNECTION_ERRORS
+from ..lease import Lease, OutagePolicy
+from .dispatch import CLAIM_AHEAD_TIMEOUT, Dispatcher
+from .execution import Outcome, execute
+from .services import Services, reset_connection
+
+logger = logging.getLogger(__name__)
+
+
+def worker_identity() -> str:
+    """Host, pid and a random nonce: unique even when a restarted container
+    reuses a host name and pid."""
+    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
+
+
+class Worker:
+    """One ``runworkers`` process: ``concurrency`` threads claiming from ``queues``."""
+
+    def __init__(
+        self,
+        *,
+        concurrency: int | None = None,
+        queues: list[str] | None = None,
+        burst: bool = False,
+        poll_interval: float | None = None,
+        shutdown_grace: float | None = None,
+        listen: bool = True,
+        claim_ahead: int | None = None,
+    ) -> None:
+        self.concurrency = concurrency or conf.CONCURRENCY
+        claim_ahead = conf.CLAIM_AHEAD if claim_ahead is None else claim_ahead
+        self.queues = queues or None
+        self.burst = burst
+        self.shutdown_grace = conf.SHUTDOWN_GRACE if shutdown_grace is None else shutdown_grace
+        self.listen = listen
+        self.worker_id = worker_identity()
+        #: First signal: claim nothing more, release held workflows at their next step boundary.
+        self.stopping = threading.Event()
+        #: Second signal or grace expired: release everything now.
+        self.stop_now = threading.Event()
+        self.dispatcher = Dispatcher(
+            self.worker_id,
+            self.queues,
+            claim_ahead=self.concurrency if claim_ahead is None else claim_ahead,
+            poll_interval=conf.POLL_INTERVAL if poll_interval is None else poll_interval,
+            stopping=self.stopping,
+        )
+        self._outage = OutagePolicy(give_up=self.stop_now, pause=self._database_unavailable)
+
+    @property
+    def completed(self) -> int:
+        return self.dispatcher.completed
+
+    @property
+    def failed(self) -> int:
+        return self.dispatcher.failed
+
+    # -- lifecycle -------------------------------------------------------
+
+    def run(self) -> int:
+        """Run until stopped (or, with ``burst``, until nothing is due); return the exit status."""
+        in_main_thread = threading.current_thread() is threading.main_thread()
+        # Django, the apps and their modules are loaded: the cyclic garbage
+        # collector need not walk them again on every pass (docs/performance.md).
+        gc.freeze()
+        self._check_pool()
+        previous_handlers = self._install_signal_handlers() if in_main_thread else {}
+        logger.info(
+            "worker %s starting: %d threads, queues %s%s",
+            self.worker_id,
+            self.concurrency,
+            ",".join(self.queues) if self.queues else "all",
+            ", burst" if self.burst else "",
+        )
+        services = Services(self.dispatcher, listen=self.listen, schedule=not self.burst)
+        services.start()
+        threads = [
+            threading.Thread(target=self._worker_loop, name=f"orchestration-worker-{n}", daemon=True)
+            for n in range(1, self.concurrency + 1)
+        ]
+        for thread in threads:
+            thread.start()
+        try:
+            self._wait_for(threads)
+        finally:
+            self.dispatcher.wake_all()
+            services.stop()
+            for signum, handler in previous_handlers.items():
+                signal.signal(signum, handler)
+            connections.close_all()
+        logger.info("worker %s stopped: %d completed, %d failed attempts", self.worker_id, self.completed, self.failed)
+        return 0
+
+    def _check_pool(self) -> None:
+        """Each thread keeps its connection: a smaller Django pool starves threads."""
+        pool = getattr(connections[conf.DATABASE], "pool", None)
+        needed = self.concurrency + 4  # the heartbeat, the sweeper, the listener, the scheduler
+        if pool is not None and pool.max_size < needed:
+            logger.warning(
+                "worker %s: the connection pool of database %r holds %d connections, but %d threads and the "
+                "services need %d; threads will wait for one. Raise OPTIONS['pool']['max_size'] or lower "
+                "--concurrency.",
+                self.worker_id,
+                conf.DATABASE,
+                pool.max_size,
+                self.concurrency,
+                needed,
+            )
+
+    def stop(self) -> None:
+        """Ask the process to stop as a first SIGTERM would."""
+        self.stopping.set()
+        self.dispatcher.wake_all()
+
+    def _install_signal_handlers(self) -> dict[int, Any]:
+        previous: dict[int, Any] = {}
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            previous[signum] = signal.signal(signum, self._on_signal)
+        return previous
+
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        if not self.stopping.is_set():
+            logger.warning(
+                "worker %s: %s received; finishing running steps (up to %ss), then releasing. "
+                "Send it again to release at once.",
+                self.worker_id,
+                signal.Signals(signum).name,
+                self.shutdown_grace,
+            )
+            self.stop()
+        else:
+            logger.warning("worker %s: second signal; releasing held workflows now", self.worker_id)
+            self.stop_now.set()
+
+    def _wait_for(self, threads: list[threading.Thread]) -> None:
+        deadline: float | None = None
+        while any(thread.is_alive() for thread in threads):
+            if self.stopping.is_set() and deadline is None:
+                deadline = time.monotonic() + self.shutdown_grace
+            if deadline is not None and time.monotonic() >= deadline:
+                self.stop_now.set()
+            if self.stop_now.is_set():
+                self._release_all_held()
+                return
+            self.dispatcher.release_waiting(older_than=CLAIM_AHEAD_TIMEOUT)
+            for thread in threads:
+                thread.join(timeout=0.05)
+
+    def _release_all_held(self) -> None:
+        for run in self.dispatcher.held.snapshot():
+            run.lost.set()  # the thread, still in a step body, must write nothing more
+            self.dispatcher.give_back(run)
+
+    # -- worker threads --------------------------------------------------
+
+    def _worker_loop(self) -> None:
+        failures = 0
+        dispatcher = self.dispatcher
+        try:
+            while not self.stopping.is_set():
+                try:
+                    run = dispatcher.next_run()
+                    failures = 0
+                except CONNECTION_ERRORS as exc:
+                    failures += 1
+                    self._database_unavailable(exc, failures)
+                    continue
+                except Exception:
+                    # Never let the thread die: log, drop the connection, retry shortly.
+                    failures += 1
+                    logger.exception("worker %s: claiming failed", self.worker_id)
+                    reset_connection()
+                    self.stopping.wait(min(30.0, 0.5 * 2 ** min(failures - 1, 6)))
+                    continue
+                if run is None:
+                    if self.burst:
+                        return
+                    dispatcher.idle()
+                    continue
+                try:
+                    self._execute_held(run)
+                except Exception:
+                    # A bug here must not kill the thread; the workflow is
+                    # reclaimed as stuck if its outcome was not written.
+                    logger.exception("workflow %s: unexpected error in the worker", run.id)
+                    reset_connection()
+        finally:
+            dispatcher.flush_finished()
+            dispatcher.release_waiting()
+            connections.close_all()
+
+    def _execute_held(self, run: Lease) -> None:
+        dispatcher = self.dispatcher
+        dispatcher.held.add(run)
+        run.outage = self._outage
+        outcome = Outcome.ABANDONED
+        started = time.monotonic()
+        try:
+            outcome = execute(run, should_release=self.stopping.is_set, finish_later=dispatcher.finish)
+        finally:
+            dispatcher.note_run(outcome, time.monotonic() - started)
+            if outcome != Outcome.FINISHING:  # held until its completion is written
+                dispatcher.held.discard(run)
+
+    def _database_unavailable(self, exc: BaseException, failures: int) -> None:
+        delay = min(30.0, 0.5 * 2 ** min(failures - 1, 6))
+        logger.warning("worker %s: database unavailable (%s); retrying in %.1fs", self.worker_id, exc, delay)
+        reset_connection()
+        self.stopping.wait(delay)

@@ -1,0 +1,147 @@
+"""A ``runworkers`` process's background threads: the heartbeat, the stuck
+sweep, the scheduler and the NOTIFY listener. Each has its own connection, and
+a database error makes it log, reconnect and carry on."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from django.db import DatabaseError, connections
+
+from .. import recovery, sql
+from ..conf import conf
+from ..errors import CONNECTION_ERRORS
+from ..schedules import scheduled_workflows, start_due_runs
+from .dispatch import Dispatcher
+
+logger = logging.getLogger(__name__)
+
+
+def reset_connection() -> None:
+    """Drop this thread's connection so the next query reconnects."""
+    with contextlib.suppress(DatabaseError):
+        connections[conf.DATABASE].close()
+
+
+class Services:
+    """The background threads of one process, started and stopped together."""
+
+    def __init__(self, dispatcher: Dispatcher, *, listen: bool, schedule: bool) -> None:
+        self.dispatcher = dispatcher
+        self.worker_id = dispatcher.worker_id
+        self._stop = threading.Event()
+        loops: list[tuple[str, Callable[[], None]]] = [("heartbeat", self._heartbeat), ("reclaim", self._reclaim)]
+        if listen:
+            loops.append(("listen", self._listen))
+        if schedule and conf.SCHEDULER and scheduled_workflows():
+            loops.append(("schedule", self._schedule))
+        self.threads = [
+            threading.Thread(target=self._on_own_connection, args=(loop,), name=f"orchestration-{name}", daemon=True)
+            for name, loop in loops
+        ]
+
+    def start(self) -> None:
+        for thread in self.threads:
+            thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        for thread in self.threads:
+            thread.join(timeout=5)
+
+    @staticmethod
+    def _on_own_connection(loop: Callable[[], None]) -> None:
+        try:
+            loop()
+        finally:
+            connections.close_all()
+
+    def _heartbeat(self) -> None:
+        held = self.dispatcher.held
+        while not self._stop.wait(conf.HEARTBEAT_INTERVAL):
+            try:
+                for run in recovery.heartbeat(held.snapshot()):
+                    if run in held:  # not merely finished since the snapshot
+                        logger.warning("workflow %s: lease lost (reclaimed or cancelled); stopping it", run.id)
+                        run.lost.set()
+            except CONNECTION_ERRORS as exc:
+                logger.warning("worker %s: heartbeat failed (%s)", self.worker_id, exc)
+                reset_connection()
+
+    def _reclaim(self) -> None:
+        interval = max(0.5, min(conf.STUCK_AFTER / 4, 60.0))
+        while True:
+            try:
+                recovery.reclaim_stuck()
+            except CONNECTION_ERRORS as exc:
+                logger.warning("worker %s: stuck sweep failed (%s)", self.worker_id, exc)
+                reset_connection()
+            if self._stop.wait(interval):
+                return
+
+    def _schedule(self) -> None:
+        """Start the run of each schedule's tick; the idempotency key makes it one run per tick."""
+        started_ticks: dict[str, Any] = {}
+        while True:
+            try:
+                start_due_runs(started_ticks)
+            except CONNECTION_ERRORS as exc:
+                logger.warning("worker %s: schedule check failed (%s)", self.worker_id, exc)
+                reset_connection()
+            except Exception:
+                logger.exception("worker %s: schedule check failed", self.worker_id)
+            if self._stop.wait(min(1.0, self.dispatcher.poll_interval)):
+                return
+
+    def _listen(self) -> None:
+        """Wake idle threads on NOTIFY; polling covers anything missed meanwhile."""
+        failures = 0
+        queues = self.dispatcher.queues
+        while not self._stop.is_set():
+            try:
+                connection = connections[conf.DATABASE]
+                connection.ensure_connection()
+                pg = connection.connection
+                pg.execute(sql.LISTEN)
+                if not self._notifications_arrive(pg):
+                    logger.warning(
+                        "worker %s: LISTEN receives nothing on this connection (a pooler in transaction mode, "
+                        "such as PgBouncer?); polling every %ss instead",
+                        self.worker_id,
+                        self.dispatcher.poll_interval,
+                    )
+                    return
+                failures = 0
+                self.dispatcher.wake_all()  # anything sent while we were not listening
+                while not self._stop.is_set():
+                    for notice in pg.notifies(timeout=1.0):
+                        if queues is None or notice.payload in queues:
+                            self.dispatcher.wake()
+            except Exception as exc:  # raw psycopg errors too: this connection is not Django-wrapped
+                failures += 1
+                logger.warning("worker %s: LISTEN failed (%s); polling meanwhile", self.worker_id, exc)
+                reset_connection()
+                self._stop.wait(min(30.0, 0.5 * 2 ** min(failures, 6)))
+
+    def _notifications_arrive(self, pg: Any) -> bool:
+        """Notify from another connection and wait for it here. Behind a pooler
+        in transaction mode LISTEN succeeds, but on a server connection that
+        goes back to the pool at once, and nothing ever arrives. (Notifying
+        from this connection could borrow that very server connection, and
+        deliver the notification to us once, by chance.)"""
+        probe = f"probe:{self.worker_id}"
+        sender = connections.create_connection(conf.DATABASE)
+        try:
+            with sender.cursor() as cursor:
+                cursor.execute(sql.NOTIFY, [sql.NOTIFY_CHANNEL, probe])
+        finally:
+            sender.close()
+        for notice in pg.notifies(timeout=5.0):
+            if notice.payload == probe:
+                return True
+            self.dispatcher.wake_all()  # real work announced meanwhile
+        return False

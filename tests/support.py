@@ -1,0 +1,106 @@
+"""What the tests share: running workflows in the test's thread, worker
+processes on the test database, and connections of their own to it."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from django.db import connection
+
+from orchestration import claims
+from orchestration.models import Workflow, WorkflowStatus
+from orchestration.sql import NOTIFY_CHANNEL
+from orchestration.worker import execute
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def drain(max_runs: int = 100, *, hurry_retries: bool = True) -> list[str]:
+    """Claim and run workflows in this thread (inside the test's transaction)
+    until none is due, making retries due at once (not timers or waits).
+    Returns the outcomes."""
+    outcomes = []
+    for _ in range(max_runs):
+        if hurry_retries:
+            Workflow.objects.filter(status=WorkflowStatus.PENDING, waiting_for__isnull=True).update(run_after=None)
+        runs = claims.claim("test-worker", None)
+        if not runs:
+            return outcomes
+        outcomes.append(execute(runs[0]))
+    raise AssertionError(f"still claiming after {max_runs} runs")
+
+
+def worker_env(**extra: str) -> dict[str, str]:
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings", "PYTHONUNBUFFERED": "1"}
+    env["DATABASE_NAME"] = connection.settings_dict["NAME"]
+    env.update(extra)
+    return env
+
+
+@contextlib.contextmanager
+def other_connection(*, autocommit: bool = True) -> Iterator[psycopg.Connection[Any]]:
+    """A connection of its own to the test database, as another process would hold."""
+    params = connection.get_connection_params()
+    keys = ("dbname", "user", "password", "host", "port")
+    conninfo = psycopg.conninfo.make_conninfo(**{k: params[k] for k in keys if params.get(k)})
+    with psycopg.connect(conninfo, autocommit=autocommit) as other:
+        yield other
+
+
+@contextlib.contextmanager
+def new_work_listener() -> Iterator[psycopg.Connection[Any]]:
+    """A connection of its own listening for the NOTIFY that announces new work
+    (so it sees only what other sessions commit)."""
+    with other_connection() as listener:
+        listener.execute(f"LISTEN {NOTIFY_CHANNEL}")
+        yield listener
+
+
+def runworkers_command(*args: str) -> list[str]:
+    return [sys.executable, str(ROOT / "manage.py"), "runworkers", *args]
+
+
+class WorkerProcess(subprocess.Popen):  # type: ignore[type-arg]
+    """A ``runworkers`` process logging to a file: a pipe nobody reads would
+    block a busy worker once the pipe's buffer is full."""
+
+    log_path: Path
+
+    def communicate(self, input: Any = None, timeout: float | None = None) -> tuple[str, None]:
+        self.wait(timeout=timeout)
+        return self.log_path.read_text(errors="replace"), None
+
+
+def start_workers(*args: str, env: dict[str, str] | None = None, **popen: Any) -> WorkerProcess:
+    """A real ``runworkers`` process on the test database."""
+    log = tempfile.NamedTemporaryFile(prefix="runworkers-", suffix=".log", delete=False)  # noqa: SIM115
+    process = WorkerProcess(
+        runworkers_command(*args),
+        cwd=ROOT,
+        env=env or worker_env(),
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        **popen,
+    )
+    log.close()
+    process.log_path = Path(log.name)
+    return process
+
+
+def run_burst(*args: str, timeout: float = 120, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        runworkers_command("--burst", *args),
+        cwd=ROOT,
+        env=env or worker_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )

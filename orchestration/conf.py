@@ -21,7 +21,7 @@ DEFAULTS: dict[str, Any] = {
     "DATABASE": "default",
     "CONCURRENCY": 4,
     # Runs a process keeps claimed ahead of its threads while its runs are
-    # short (see worker.Worker._claim_ahead); None: one a thread; 0: never.
+    # short (see worker.dispatch); None: one a thread; 0: never.
     "CLAIM_AHEAD": None,
     # Queue names workers may serve besides those of registered workflows
     # (for rows enqueued by plain SQL or other languages).

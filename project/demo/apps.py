@@ -7,4 +7,4 @@ class DemoConfig(AppConfig):
     verbose_name = "Demo workflows"
 
     def ready(self) -> None:
-        from .benchmark import workflows  # noqa: F401  (registers the workflow `manage.py benchmark` runs)
+        from orchestration.benchmark import workflows  # noqa: F401  (registers the workflow `manage.py benchmark` runs)

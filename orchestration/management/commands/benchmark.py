@@ -1,4 +1,4 @@
-"""``manage.py benchmark``: see ``project.demo.benchmark.runner``."""
+"""``manage.py benchmark``: see ``orchestration.benchmark.runner``."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from project.demo.benchmark.report import render
-from project.demo.benchmark.runner import Benchmark, Options
+from orchestration.benchmark.report import render
+from orchestration.benchmark.runner import Benchmark, Options
 
 
 def _positive(value: str) -> int:

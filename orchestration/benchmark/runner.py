@@ -6,8 +6,7 @@ Everything happens in two scratch databases created on the server of the
 project's ``ORCHESTRATION["DATABASE"]`` and dropped at the end: "empty" for the
 main figures and "loaded" with finished workflows pre-loaded, so the two are
 measured alternately under the same conditions. No user data is read or
-written. Worker processes are pointed at a scratch database through the
-``DATABASE_NAME`` variable that the example project's settings read.
+written.
 """
 
 from __future__ import annotations
@@ -32,7 +31,7 @@ from .figures import Figure
 from .internals import claim_sql_for_explain, queue_database
 from .scratch import ScratchDatabase
 from .workers import Workers
-from .workflows import HISTORY_TYPE, WORKFLOW_TYPE
+from .workflows import HISTORY_TYPE, WORKFLOW_TYPE, register
 
 ENQUEUE_PROBE = "INSERT INTO workflows (workflow_type, input_data) SELECT %s, '{}' FROM generate_series(1, %s)"
 
@@ -74,6 +73,7 @@ class Benchmark:
     # -- the run ---------------------------------------------------------------
 
     def run(self) -> list[Figure]:
+        register()  # in this process only: start_workflows() refuses an unknown type
         opts = self.options
         with self.empty.created(keep=opts.keep), self.loaded.created(keep=opts.keep):
             self.say(f"scratch databases {self.empty.name}, {self.loaded.name}; worker logs in {self.log_dir}")

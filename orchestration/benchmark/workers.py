@@ -5,18 +5,13 @@ from __future__ import annotations
 
 import contextlib
 import os
-import secrets
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from django.conf import settings
-
 from .scratch import ScratchDatabase
-
-MANAGE_PY = Path(settings.BASE_DIR) / "manage.py"
 
 
 class Workers:
@@ -27,7 +22,16 @@ class Workers:
     ) -> None:
         self.database = database
         self.count = processes
-        self.command = [sys.executable, str(MANAGE_PY), "runworkers", "--concurrency", str(threads), *args]
+        self.command = [
+            sys.executable,
+            "-m",
+            "orchestration.benchmark.worker_process",
+            database.source_alias,
+            database.name,
+            "--concurrency",
+            str(threads),
+            *args,
+        ]
         self.threads = threads
         self.log_dir = log_dir
         self.label = label
@@ -35,14 +39,10 @@ class Workers:
         self.listening = "--no-listen" not in args
 
     def __enter__(self) -> Workers:
-        env = {**os.environ, "DATABASE_NAME": self.database.name, "PYTHONUNBUFFERED": "1"}
-        # As deployed: DEBUG off (with it, Django keeps every query of every thread in memory).
-        env.update(DEBUG="False", SECRET_KEY=os.environ.get("SECRET_KEY") or secrets.token_urlsafe(32))
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": _import_path()}
         for n in range(self.count):
             log = open(self.log_dir / f"{self.label}-{n + 1}.log", "ab")
-            self.processes.append(
-                subprocess.Popen(self.command, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=MANAGE_PY.parent)
-            )
+            self.processes.append(subprocess.Popen(self.command, env=env, stdout=log, stderr=subprocess.STDOUT))
             log.close()
         self._wait_ready()
         return self
@@ -77,3 +77,11 @@ class Workers:
                 kilobytes = next(int(line.split()[1]) for line in status.splitlines() if line.startswith("VmHWM:"))
                 peaks.append(kilobytes / 1024)
         return peaks
+
+
+def _import_path() -> str:
+    """This process's first import directory (manage.py's, or ``--pythonpath``)
+    ahead of any inherited PYTHONPATH: ``python -m`` starts from the working
+    directory only, and must find the same settings module."""
+    first = os.path.abspath(sys.path[0] or os.curdir)
+    return os.pathsep.join(path for path in (first, os.environ.get("PYTHONPATH")) if path)

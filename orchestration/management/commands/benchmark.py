@@ -1,4 +1,6 @@
-"""``manage.py benchmark``: see ``orchestration.benchmark.runner``."""
+"""``manage.py benchmark``: a shell over ``orchestration.benchmark.runner``,
+which registers the benchmark's workflow type when it runs (in this process and
+its workers only, never in the project at large)."""
 
 from __future__ import annotations
 

@@ -2,8 +2,8 @@
 
 Every default lives in the database (``db_default``) so that a row inserted by
 plain SQL from any language is claimed like one made by ``start_workflow``.
-Status changes are written only by ``orchestration.api`` (operator and user
-transitions) and ``orchestration.queue`` (the worker's transitions).
+Status changes are written only by ``orchestration.transitions`` (and the hot
+path's statements it declares, in ``orchestration.sql``).
 """
 
 from __future__ import annotations

@@ -5,6 +5,3 @@ class DemoConfig(AppConfig):
     name = "project.demo"
     label = "demo"
     verbose_name = "Demo workflows"
-
-    def ready(self) -> None:
-        from .benchmark import workflows  # noqa: F401  (registers the workflow `manage.py benchmark` runs)

@@ -17,7 +17,13 @@ def _noop() -> None:
     return None
 
 
-@workflow(WORKFLOW_TYPE, max_retries=0)
 def benchmark(ctx: Any, data: dict[str, Any]) -> None:
     for n in range(data.get("steps", 1)):
         ctx.step(STEP_NAMES[n] if n < len(STEP_NAMES) else f"step {n + 1}", _noop)
+
+
+def register() -> None:
+    """Register the benchmark's workflow type in this process. Called, not done
+    at import, so that only the command and its workers have it (registering the
+    same function again is a no-op)."""
+    workflow(WORKFLOW_TYPE, max_retries=0)(benchmark)

@@ -1,4 +1,6 @@
-"""``manage.py benchmark``: see ``project.demo.benchmark.runner``."""
+"""``manage.py benchmark``: a shell over ``orchestration.benchmark.runner``,
+which registers the benchmark's workflow type when it runs (in this process and
+its workers only, never in the project at large)."""
 
 from __future__ import annotations
 
@@ -6,8 +8,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from project.demo.benchmark.report import render
-from project.demo.benchmark.runner import Benchmark, Options
+from orchestration.benchmark.report import render
+from orchestration.benchmark.runner import Benchmark, Options
 
 
 def _positive(value: str) -> int:

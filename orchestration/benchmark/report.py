@@ -8,7 +8,8 @@ from dataclasses import asdict
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .runner import Figure, Options
+    from .figures import Figure
+    from .runner import Options
 
 
 def _number(value: float) -> str:

@@ -2,46 +2,38 @@
 processes, each figure beside the limit a bare psycopg loop reaches on the same
 PostgreSQL in the same run.
 
-Everything happens in two scratch databases created on the server the project
-points at (DATABASE_URL, or the embedded one) and dropped at the end: "empty"
-for the main figures and "loaded" with finished workflows pre-loaded, so the
-two are measured alternately under the same conditions. No user data is read
-or written. Worker processes are pointed at a scratch database through the
-``DATABASE_NAME`` variable that the example project's settings read.
+Everything happens in two scratch databases created on the server of the
+project's ``ORCHESTRATION["DATABASE"]`` and dropped at the end: "empty" for the
+main figures and "loaded" with finished workflows pre-loaded, so the two are
+measured alternately under the same conditions. No user data is read or
+written.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
-import os
 import secrets
-import signal
 import statistics
-import subprocess
-import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import psycopg
-from django.conf import settings
-from django.core.management import call_command
-from django.db import connections
-from django.test.utils import override_settings
 
-from orchestration import claims, start_workflow, start_workflows
-from orchestration import sql as orchestration_sql
-from orchestration.conf import conf
+from orchestration import start_workflow, start_workflows
 
 from . import limit
-from .workflows import HISTORY_TYPE, WORKFLOW_TYPE
+from .figures import Figure
+from .internals import claim_sql_for_explain, queue_database
+from .scratch import ScratchDatabase
+from .workers import Workers
+from .workflows import HISTORY_TYPE, WORKFLOW_TYPE, register
 
-MANAGE_PY = Path(settings.BASE_DIR) / "manage.py"
+ENQUEUE_PROBE = "INSERT INTO workflows (workflow_type, input_data) SELECT %s, '{}' FROM generate_series(1, %s)"
 
 
 @dataclass
@@ -62,38 +54,10 @@ class Options:
     vacuum_every: float = 0
 
 
-@dataclass
-class Figure:
-    """One line of the table and one JSON line."""
-
-    metric: str
-    value: float
-    unit: str
-    #: the figure this one is divided by, and the quotient
-    ratio_of: str | None = None
-    ratio: float | None = None
-    #: ``(">=" or "<=", bound)`` on the ratio when ``ratio_of`` is set, else on the value
-    target: tuple[str, float] | None = None
-    samples: list[float] = field(default_factory=list)
-
-    @property
-    def met(self) -> bool | None:
-        if self.target is None:
-            return None
-        checked = self.ratio if self.ratio_of else self.value
-        if checked is None:
-            return None
-        op, bound = self.target
-        return checked >= bound if op == ">=" else checked <= bound
-
-    def as_json(self) -> str:
-        data = asdict(self)
-        data["target"] = f"{self.target[0]} {self.target[1]:g}" if self.target else None
-        data["met"] = self.met
-        return json.dumps(data)
-
-
 class Benchmark:
+    """One run: ``run`` creates the scratch databases and worker processes,
+    measures in rounds, and returns the figures (the claim plan in ``plan``)."""
+
     def __init__(self, options: Options, say: Callable[[str], None]) -> None:
         self.options = options
         self.say = say
@@ -103,12 +67,13 @@ class Benchmark:
         self.server: dict[str, str] = {}
         self.log_dir = Path(tempfile.mkdtemp(prefix="orchestration-benchmark-"))
         prefix = f"orchestration_benchmark_{secrets.token_hex(3)}"
-        self.empty = ScratchDatabase(f"{prefix}_empty", conf.DATABASE)
-        self.loaded = ScratchDatabase(f"{prefix}_loaded", conf.DATABASE)
+        self.empty = ScratchDatabase(f"{prefix}_empty", queue_database())
+        self.loaded = ScratchDatabase(f"{prefix}_loaded", queue_database())
 
     # -- the run ---------------------------------------------------------------
 
     def run(self) -> list[Figure]:
+        register()  # in this process only: start_workflows() refuses an unknown type
         opts = self.options
         with self.empty.created(keep=opts.keep), self.loaded.created(keep=opts.keep):
             self.say(f"scratch databases {self.empty.name}, {self.loaded.name}; worker logs in {self.log_dir}")
@@ -222,8 +187,7 @@ class Benchmark:
         rows = self.options.finished_rows
         self.say(f"loading {rows} finished workflows (one step each) into {self.loaded.name}")
         started = time.perf_counter()
-        self.loaded.execute(LOAD_FINISHED, [HISTORY_TYPE, rows, rows])
-        self.loaded.execute(LOAD_FINISHED_STEPS, [HISTORY_TYPE])
+        self.loaded.load_finished(HISTORY_TYPE, rows)
         self.figures["load"] = Figure(
             "pre-load of finished workflows (INSERT ... generate_series)",
             rows / (time.perf_counter() - started),
@@ -234,12 +198,12 @@ class Benchmark:
     def _claim_plan(self) -> list[str]:
         """EXPLAIN (ANALYZE, BUFFERS) of the claim on the loaded table, with a
         backlog inserted in the same (rolled back) transaction."""
-        sql = orchestration_sql.COMPLETE_AND_CLAIM
-        params = claims.claim_params("benchmark-explain", None, [], self.options.threads)
+        session, sql, params = claim_sql_for_explain(self.options.threads)
         probe = min(self.options.backlog, 1000)
         with psycopg.connect(self.loaded.conninfo()) as conn:
             conn.execute(ENQUEUE_PROBE, [WORKFLOW_TYPE, probe])
-            conn.execute(orchestration_sql.INDEX_PLANS_ONLY)  # as the workers plan it (sql.run_together)
+            for statement in session:  # as the workers plan it
+                conn.execute(statement)
             plan = [row[0] for row in conn.execute("EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) " + sql, params)]
             conn.rollback()
         return plan
@@ -307,147 +271,3 @@ class Benchmark:
         self.figures["rss"] = Figure(
             f"peak RSS, runworkers --concurrency {concurrency}", peak, "MB", target=("<=", 120)
         )
-
-
-class ScratchDatabase:
-    """A database this run creates, migrates and drops; never a user's."""
-
-    def __init__(self, name: str, alias: str) -> None:
-        self.name = name
-        self.label = name.rsplit("_", 1)[-1]
-        self.source_alias = alias
-        self.alias = f"benchmark_{self.label}"
-
-    @contextlib.contextmanager
-    def created(self, keep: bool = False) -> Iterator[None]:
-        with connections[self.source_alias].cursor() as cursor:
-            cursor.execute(f'CREATE DATABASE "{self.name}"')
-        connections.settings[self.alias] = {**connections.settings[self.source_alias], "NAME": self.name}
-        try:
-            call_command("migrate", "orchestration", database=self.alias, verbosity=0)
-            yield
-        finally:
-            connections[self.alias].close()
-            if not keep:
-                with connections[self.source_alias].cursor() as cursor:
-                    cursor.execute(f'DROP DATABASE IF EXISTS "{self.name}" WITH (FORCE)')
-
-    @contextlib.contextmanager
-    def queue_alias(self) -> Iterator[None]:
-        """Point the app's ORCHESTRATION["DATABASE"] at this database."""
-        with override_settings(ORCHESTRATION={**getattr(settings, "ORCHESTRATION", {}), "DATABASE": self.alias}):
-            yield
-
-    def server_facts(self) -> dict[str, str]:
-        facts = {name: self.scalar(f"SHOW {name}") for name in ("server_version", "autovacuum", "synchronous_commit")}
-        return {**facts, "cpus": str(os.cpu_count())}
-
-    def reset(self) -> None:
-        """Empty the tables, analyzed as ``migrate`` leaves them (TRUNCATE drops what ANALYZE knew)."""
-        self.execute("TRUNCATE workflows CASCADE")
-        self.execute("ANALYZE workflows, workflow_steps")
-
-    def conninfo(self) -> str:
-        params = connections[self.source_alias].get_connection_params()
-        keys = ("user", "password", "host", "port")
-        return psycopg.conninfo.make_conninfo(dbname=self.name, **{k: params[k] for k in keys if params.get(k)})
-
-    def execute(self, sql: str, params: Any = None) -> None:
-        with psycopg.connect(self.conninfo(), autocommit=True) as conn:
-            conn.execute(sql, params)
-
-    def one(self, sql: str, params: Any = None) -> Any:
-        with psycopg.connect(self.conninfo(), autocommit=True) as conn:
-            return conn.execute(sql, params).fetchone()
-
-    def all(self, sql: str, params: Any = None) -> list[Any]:
-        with psycopg.connect(self.conninfo(), autocommit=True) as conn:
-            return conn.execute(sql, params).fetchall()
-
-    def scalar(self, sql: str, params: Any = None) -> Any:
-        return self.one(sql, params)[0]
-
-    def wait_until_idle(self, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        with psycopg.connect(self.conninfo(), autocommit=True) as conn:
-            busy = "SELECT EXISTS (SELECT FROM workflows WHERE status IN ('pending', 'running'))"
-            while conn.execute(busy).fetchone()[0]:  # type: ignore[index]
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"workflows still pending or running after {timeout:.0f}s in {self.name}")
-                time.sleep(0.02)
-
-
-class Workers:
-    """``processes`` real ``runworkers`` processes on a scratch database."""
-
-    def __init__(
-        self, database: ScratchDatabase, processes: int, threads: int, args: list[str], log_dir: Path, label: str
-    ) -> None:
-        self.database = database
-        self.count = processes
-        self.command = [sys.executable, str(MANAGE_PY), "runworkers", "--concurrency", str(threads), *args]
-        self.threads = threads
-        self.log_dir = log_dir
-        self.label = label
-        self.processes: list[subprocess.Popen[bytes]] = []
-        self.listening = "--no-listen" not in args
-
-    def __enter__(self) -> Workers:
-        env = {**os.environ, "DATABASE_NAME": self.database.name, "PYTHONUNBUFFERED": "1"}
-        # As deployed: DEBUG off (with it, Django keeps every query of every thread in memory).
-        env.update(DEBUG="False", SECRET_KEY=os.environ.get("SECRET_KEY") or secrets.token_urlsafe(32))
-        for n in range(self.count):
-            log = open(self.log_dir / f"{self.label}-{n + 1}.log", "ab")
-            self.processes.append(
-                subprocess.Popen(self.command, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=MANAGE_PY.parent)
-            )
-            log.close()
-        self._wait_ready()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        for process in self.processes:
-            if process.poll() is None:
-                process.send_signal(signal.SIGTERM)
-        for process in self.processes:
-            try:
-                process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
-
-    def _wait_ready(self) -> None:
-        """Until every thread of every process is connected (and has idled)."""
-        query = "SELECT count(*) FROM pg_stat_activity WHERE datname = %s AND backend_type = 'client backend'"
-        expected = self.count * (self.threads + (2 if self.listening else 1))  # + the sweeper, the listener
-        deadline = time.monotonic() + 60
-        while self.database.scalar(query, [self.database.name]) < expected:
-            if any(process.poll() is not None for process in self.processes) or time.monotonic() > deadline:
-                raise RuntimeError(f"runworkers did not start; see {self.log_dir}")
-            time.sleep(0.05)
-        time.sleep(0.5)  # the listeners have checked that notifications arrive
-
-    def peak_rss_mb(self) -> list[float]:
-        peaks = []
-        for process in self.processes:
-            with contextlib.suppress(OSError):
-                status = Path(f"/proc/{process.pid}/status").read_text()
-                kilobytes = next(int(line.split()[1]) for line in status.splitlines() if line.startswith("VmHWM:"))
-                peaks.append(kilobytes / 1024)
-        return peaks
-
-
-LOAD_FINISHED = """
-INSERT INTO workflows (workflow_type, status, input_data, output_data, current_step, attempts,
-                       created_at, updated_at, started_at, finished_at, error_message)
-SELECT %s, CASE WHEN g %% 50 = 0 THEN 'failed' ELSE 'completed' END, jsonb_build_object('n', g), 'null',
-       1, 1, t, t + interval '40 ms', t + interval '10 ms', t + interval '40 ms',
-       CASE WHEN g %% 50 = 0 THEN 'RuntimeError: pre-loaded failure' END
-FROM generate_series(1, %s) g, LATERAL (SELECT now() - make_interval(secs => (%s - g) * 0.1) AS t) ts
-"""
-LOAD_FINISHED_STEPS = """
-INSERT INTO workflow_steps
-    (workflow_id, step_number, step_name, status, output_data, started_at, completed_at, attempts)
-SELECT id, 1, 'step 1', status, 'null', started_at, finished_at, 1 FROM workflows WHERE workflow_type = %s
-"""
-ENQUEUE_PROBE = "INSERT INTO workflows (workflow_type, input_data) SELECT %s, '{}' FROM generate_series(1, %s)"

@@ -1,6 +1,6 @@
 """The limit: what a bare psycopg loop gets out of the same PostgreSQL.
 
-A table with nothing but an id, a status and a payload; each worker thread
+A table with nothing but an id, a state and a payload; each worker thread
 claims one job with ``FOR UPDATE SKIP LOCKED`` and completes it in a single
 autocommit statement (one transaction per job). The three-transaction variant
 claims, writes one step row and completes in three statements, as the smallest
@@ -21,20 +21,20 @@ from psycopg.types.json import Jsonb
 SETUP = (
     "DROP TABLE IF EXISTS bench_limit_steps, bench_limit_jobs",
     "CREATE TABLE bench_limit_jobs (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, "
-    "status text NOT NULL DEFAULT 'pending', payload jsonb, finished_at timestamptz)",
-    "CREATE INDEX bench_limit_jobs_pending ON bench_limit_jobs (id) WHERE status = 'pending'",
+    "state text NOT NULL DEFAULT 'pending', payload jsonb, finished_at timestamptz)",
+    "CREATE INDEX bench_limit_jobs_pending ON bench_limit_jobs (id) WHERE state = 'pending'",
     "CREATE TABLE bench_limit_steps (job_id bigint NOT NULL, step_number integer NOT NULL, output jsonb, "
     "PRIMARY KEY (job_id, step_number))",
 )
 FILL = "INSERT INTO bench_limit_jobs (payload) SELECT jsonb_build_object('n', g) FROM generate_series(1, %s) g"
 
-NEXT = "SELECT id FROM bench_limit_jobs WHERE status = 'pending' ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED"
+NEXT = "SELECT id FROM bench_limit_jobs WHERE state = 'pending' ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED"
 CLAIM_AND_COMPLETE = (
-    f"UPDATE bench_limit_jobs SET status = 'done', finished_at = clock_timestamp() WHERE id = ({NEXT}) RETURNING id"
+    f"UPDATE bench_limit_jobs SET state = 'done', finished_at = clock_timestamp() WHERE id = ({NEXT}) RETURNING id"
 )
-CLAIM = f"UPDATE bench_limit_jobs SET status = 'running' WHERE id = ({NEXT}) RETURNING id, payload"
+CLAIM = f"UPDATE bench_limit_jobs SET state = 'running' WHERE id = ({NEXT}) RETURNING id, payload"
 STEP = "INSERT INTO bench_limit_steps (job_id, step_number, output) VALUES (%s, 1, %s)"
-COMPLETE = "UPDATE bench_limit_jobs SET status = 'done', finished_at = clock_timestamp() WHERE id = %s"
+COMPLETE = "UPDATE bench_limit_jobs SET state = 'done', finished_at = clock_timestamp() WHERE id = %s"
 
 VARIANTS = ("one_transaction", "three_transactions")
 
@@ -99,7 +99,7 @@ def measure(conninfo: str, *, jobs: int, processes: int, threads: int, variant: 
     for child in children:
         child.join()
     with psycopg.connect(conninfo, autocommit=True) as conn:
-        query = STEADY_RATE.format(table="bench_limit_jobs", where="status = 'done'")
+        query = STEADY_RATE.format(table="bench_limit_jobs", where="state = 'done'")
         done, rate = conn.execute(query).fetchone()  # type: ignore[misc]
         for statement in ("DROP TABLE bench_limit_steps", "DROP TABLE bench_limit_jobs"):
             conn.execute(statement)

@@ -1,0 +1,87 @@
+"""The benchmark's worker processes: real ``runworkers`` processes on a scratch
+database, started and stopped around the measurements."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from .scratch import ScratchDatabase
+
+
+class Workers:
+    """``processes`` real ``runworkers`` processes on a scratch database."""
+
+    def __init__(
+        self, database: ScratchDatabase, processes: int, threads: int, args: list[str], log_dir: Path, label: str
+    ) -> None:
+        self.database = database
+        self.count = processes
+        self.command = [
+            sys.executable,
+            "-m",
+            "orchestration.benchmark.worker_process",
+            database.source_alias,
+            database.name,
+            "--concurrency",
+            str(threads),
+            *args,
+        ]
+        self.threads = threads
+        self.log_dir = log_dir
+        self.label = label
+        self.processes: list[subprocess.Popen[bytes]] = []
+        self.listening = "--no-listen" not in args
+
+    def __enter__(self) -> Workers:
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": _import_path()}
+        for n in range(self.count):
+            log = open(self.log_dir / f"{self.label}-{n + 1}.log", "ab")
+            self.processes.append(subprocess.Popen(self.command, env=env, stdout=log, stderr=subprocess.STDOUT))
+            log.close()
+        self._wait_ready()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for process in self.processes:
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+        for process in self.processes:
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+    def _wait_ready(self) -> None:
+        """Until every thread of every process is connected (and has idled)."""
+        query = "SELECT count(*) FROM pg_stat_activity WHERE datname = %s AND backend_type = 'client backend'"
+        expected = self.count * (self.threads + (2 if self.listening else 1))  # + the sweeper, the listener
+        deadline = time.monotonic() + 60
+        while self.database.scalar(query, [self.database.name]) < expected:
+            if any(process.poll() is not None for process in self.processes) or time.monotonic() > deadline:
+                raise RuntimeError(f"runworkers did not start; see {self.log_dir}")
+            time.sleep(0.05)
+        time.sleep(0.5)  # the listeners have checked that notifications arrive
+
+    def peak_rss_mb(self) -> list[float]:
+        peaks = []
+        for process in self.processes:
+            with contextlib.suppress(OSError):
+                status = Path(f"/proc/{process.pid}/status").read_text()
+                kilobytes = next(int(line.split()[1]) for line in status.splitlines() if line.startswith("VmHWM:"))
+                peaks.append(kilobytes / 1024)
+        return peaks
+
+
+def _import_path() -> str:
+    """This process's first import directory (manage.py's, or ``--pythonpath``)
+    ahead of any inherited PYTHONPATH: ``python -m`` starts from the working
+    directory only, and must find the same settings module."""
+    first = os.path.abspath(sys.path[0] or os.curdir)
+    return os.pathsep.join(path for path in (first, os.environ.get("PYTHONPATH")) if path)

@@ -29,7 +29,7 @@ from django.contrib.admin.options import IncorrectLookupParameters
 from django.contrib.admin.utils import flatten_fieldsets
 from django.contrib.admin.views.main import ChangeList
 from django.db.models import Count, IntegerField, OuterRef, Q, QuerySet, Subquery
-from django.db.models.functions import Coalesce, Now
+from django.db.models.functions import Coalesce
 from django.http import HttpRequest, HttpResponse
 from django.template.loader import render_to_string
 from django.urls import URLPattern, path, reverse
@@ -42,8 +42,8 @@ from .conf import conf
 from .errors import InvalidTransition
 from .models import FINISHED_STATUSES, StepStatus, Workflow, WorkflowStatus, WorkflowStep
 from .pagination import EstimatedCountPaginator
-from .queue import WAIT_FOREVER
 from .registry import registered_workflows
+from .waits import WAIT_FOREVER, PendingReason, Wait, WaitKind, pending_q, pending_reason
 
 #: Longest JSON text shown on a page; the rest is cut, with a note.
 JSON_DISPLAY_LIMIT = 20_000
@@ -55,19 +55,11 @@ def status_badge(status: str, title: str | None = None) -> SafeString:
     return format_html('<span class="orch-badge orch-{}" title="{}">{}</span>', status, title or "", status)
 
 
-def pending_reason(workflow: Workflow, now: datetime.datetime) -> str:
-    """Why a pending workflow is pending, as ``PendingFilter`` tells them apart:
-    ``waiting``, ``retrying``, ``scheduled`` or ``due``."""
-    if workflow.run_after is None or workflow.run_after <= now:
-        return "due"
-    if workflow.waiting_for:
-        return "waiting"
-    return "retrying" if workflow.error_message else "scheduled"
-
-
 def waiting_what(waiting_for: str) -> str:
-    """``waiting_for`` without a timer's "until ...", which ``run_after`` says (capped by the deadline)."""
-    return waiting_for.rsplit(" until ", 1)[0] if waiting_for.startswith("timer: ") else waiting_for
+    """What a workflow waits for, without a timer's "until ..." (``run_after`` says it, capped by the deadline).
+    A text no wait writes (a row changed by hand) is shown as it is."""
+    wait = Wait.parse(waiting_for)
+    return wait.what if wait is not None else waiting_for
 
 
 def waiting_until(run_after: datetime.datetime | None) -> SafeString | str:
@@ -80,9 +72,9 @@ def waiting_until(run_after: datetime.datetime | None) -> SafeString | str:
 
 def pending_label(workflow: Workflow) -> SafeString:
     """The status of a pending workflow with why it is pending, and until when."""
-    reason = pending_reason(workflow, timezone.now())
+    reason = pending_reason(workflow.run_after, workflow.waiting_for, workflow.error_message, timezone.now())
     line = '<span class="orch-why">{}</span>'
-    if reason == "waiting":
+    if reason == PendingReason.WAITING:
         assert workflow.waiting_for is not None
         return format_html(
             "{}" + line + line,
@@ -90,11 +82,11 @@ def pending_label(workflow: Workflow) -> SafeString:
             waiting_what(workflow.waiting_for),
             waiting_until(workflow.run_after),
         )
-    if reason in ("retrying", "scheduled"):
+    if reason in (PendingReason.RETRYING, PendingReason.SCHEDULED):
         return format_html(
             "{}" + line + line,
             status_badge(workflow.status, workflow.error_message),
-            reason,
+            reason.value,
             format_html("at {}", timestamp(workflow.run_after)),
         )
     if workflow.waiting_for:  # woken, and not claimed yet
@@ -187,32 +179,21 @@ class PendingFilter(admin.SimpleListFilter):
 
     title = "pending, by why"
     parameter_name = "pending"
-    WAIT_KINDS = tuple(kind for kind, _ in admin_views.WAIT_KINDS)
+    # A wait's kind narrows "waiting"; the values are those of waits.pending_q.
+    reasons: dict[str, PendingReason | WaitKind] = {reason.value: reason for reason in (*PendingReason, *WaitKind)}
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
         return [
-            ("due", "due now"),
-            ("waiting", "waiting"),
-            *((kind, f"waiting for {label}") for kind, label in admin_views.WAIT_KINDS),
-            ("retrying", "retrying after a failure"),
-            ("scheduled", "scheduled for later"),
+            (PendingReason.DUE.value, "due now"),
+            (PendingReason.WAITING.value, "waiting"),
+            *((kind.value, f"waiting for {kind.label}") for kind in WaitKind),
+            (PendingReason.RETRYING.value, "retrying after a failure"),
+            (PendingReason.SCHEDULED.value, "scheduled for later"),
         ]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Workflow]) -> QuerySet[Workflow]:
-        reason = self.value()
-        pending = Q(status=WorkflowStatus.PENDING)
-        later = pending & Q(run_after__gt=Now())
-        if reason == "due":
-            return queryset.filter(pending & (Q(run_after__isnull=True) | Q(run_after__lte=Now())))
-        if reason == "waiting":
-            return queryset.filter(later & Q(waiting_for__isnull=False))
-        if reason in self.WAIT_KINDS:
-            return queryset.filter(later & Q(waiting_for__startswith=f"{reason}:"))
-        if reason == "retrying":
-            return queryset.filter(later & Q(waiting_for__isnull=True, error_message__isnull=False))
-        if reason == "scheduled":
-            return queryset.filter(later & Q(waiting_for__isnull=True, error_message__isnull=True))
-        return queryset
+        reason = self.reasons.get(str(self.value()))
+        return queryset.filter(pending_q(reason)) if reason is not None else queryset
 
 
 class ParentFilter(admin.SimpleListFilter):

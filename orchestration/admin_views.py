@@ -32,8 +32,9 @@ from django.utils.http import urlencode
 
 from . import api, charts, stats
 from .errors import InvalidTransition, InvalidWorkflowInput
-from .models import FINISHED_STATUSES, StepStatus, Workflow, WorkflowStatus, WorkflowStep
+from .models import FINISHED_STATUSES, StepStatus, Workflow, WorkflowStep
 from .validation import STEP_NAME_MAX_LENGTH
+from .waits import WaitKind, awaited_event
 
 if TYPE_CHECKING:
     from .admin import WorkflowAdmin
@@ -49,9 +50,6 @@ STUCK_ROWS_SHOWN = 20
 
 #: Dead tuples, in percent of a table, from which the overview flags it.
 DEAD_TUPLES_WARNING_PCT = 20
-
-#: What a workflow can wait for: the prefix of its ``waiting_for``, and words for it.
-WAIT_KINDS = (("timer", "a timer"), ("event", "an event"), ("children", "child workflows"))
 
 
 def change_url(workflow_id: Any) -> str:
@@ -130,8 +128,13 @@ def overview(model_admin: WorkflowAdmin, request: HttpRequest) -> HttpResponse:
         ],
         "depth_problem": depth_problem,
         "waiting": [
-            {"kind": kind, "label": label, "count": waiting[kind], "url": changelist_url(pending=kind)}
-            for kind, label in WAIT_KINDS
+            {
+                "kind": kind.value,
+                "label": kind.label,
+                "count": waiting[kind.value],
+                "url": changelist_url(pending=kind.value),
+            }
+            for kind in WaitKind
         ]
         if waiting
         else [],
@@ -293,9 +296,6 @@ def skip_step(model_admin: WorkflowAdmin, request: HttpRequest, object_id: str, 
 
 # -- sending an event ---------------------------------------------------------------
 
-#: How ``waiting_for`` reads while a workflow waits in ``ctx.wait_for_event(name)``.
-EVENT_PREFIX = "event: "
-
 
 class SendEventForm(forms.Form):
     name = forms.CharField(
@@ -318,19 +318,11 @@ class SendEventForm(forms.Form):
         return parse_json(text) if text else None
 
 
-def awaited_event(workflow: Workflow) -> str | None:
-    """The event a pending workflow waits for, or None when it waits for none."""
-    waiting_for = workflow.waiting_for or ""
-    if workflow.status != WorkflowStatus.PENDING or not waiting_for.startswith(EVENT_PREFIX):
-        return None
-    return waiting_for.removeprefix(EVENT_PREFIX)
-
-
 def send_event_context(model_admin: WorkflowAdmin, request: HttpRequest, workflow: Workflow | None) -> dict[str, Any]:
     """What the workflow page needs to draw its "send an event" form; empty when it draws none."""
     if workflow is None or workflow.status in FINISHED_STATUSES or not model_admin.has_send_event_permission(request):
         return {}
-    awaited = awaited_event(workflow)
+    awaited = awaited_event(workflow.status, workflow.waiting_for)
     # Woken already (the event arrived; a worker resumes it soon): a second
     # approval would only queue a second event, so the form steps back.
     woken = awaited is not None and workflow.run_after is None
@@ -349,7 +341,7 @@ def send_event(model_admin: WorkflowAdmin, request: HttpRequest, object_id: str)
     workflow = model_admin.get_object(request, unquote(object_id))
     if workflow is None:
         raise Http404(f"No workflow {object_id}.")
-    awaited = awaited_event(workflow)
+    awaited = awaited_event(workflow.status, workflow.waiting_for)
     form = SendEventForm(
         request.POST if request.method == "POST" else None, initial={"name": awaited or "", "payload": ""}
     )

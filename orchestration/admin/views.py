@@ -30,14 +30,14 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.http import urlencode
 
-from . import api, charts, stats
-from .errors import InvalidTransition, InvalidWorkflowInput
-from .models import FINISHED_STATUSES, StepStatus, Workflow, WorkflowStep
-from .validation import STEP_NAME_MAX_LENGTH
-from .waits import WaitKind, awaited_event
+from .. import api, charts, stats
+from ..errors import InvalidTransition, InvalidWorkflowInput
+from ..models import FINISHED_STATUSES, StepStatus, Workflow, WorkflowStep
+from ..validation import STEP_NAME_MAX_LENGTH
+from ..waits import WaitKind, awaited_event
 
 if TYPE_CHECKING:
-    from .admin import WorkflowAdmin
+    from . import WorkflowAdmin
 
 logger = logging.getLogger(__name__)
 

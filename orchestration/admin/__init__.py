@@ -8,7 +8,7 @@ paginator estimates instead of counting past a bound.
 Actions call the same functions as the Python API (``orchestration.api``), are
 guarded by the model permissions ``retry_workflow`` / ``cancel_workflow``, and
 are written to Django's admin log. Pages other than the list and the workflow
-page (overview, step repairs, sending an event) live in ``admin_views``.
+page (overview, step repairs, sending an event) live in ``views``.
 
 A pending workflow shows why it is pending: waiting (for a timer, an event or
 its children, until ``run_after``), retrying after a failure, scheduled for
@@ -37,13 +37,14 @@ from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
-from . import admin_views, api, charts, stats
-from .conf import conf
-from .errors import InvalidTransition
-from .models import FINISHED_STATUSES, StepStatus, Workflow, WorkflowStatus, WorkflowStep
-from .pagination import EstimatedCountPaginator
-from .registry import registered_workflows
-from .waits import WAIT_FOREVER, PendingReason, Wait, WaitKind, pending_q, pending_reason
+from .. import api, charts, stats
+from ..conf import conf
+from ..errors import InvalidTransition
+from ..models import FINISHED_STATUSES, StepStatus, Workflow, WorkflowStatus, WorkflowStep
+from ..pagination import EstimatedCountPaginator
+from ..registry import registered_workflows
+from ..waits import WAIT_FOREVER, PendingReason, Wait, WaitKind, pending_q, pending_reason
+from . import views as admin_views
 
 #: Longest JSON text shown on a page; the rest is cut, with a note.
 JSON_DISPLAY_LIMIT = 20_000

@@ -24,7 +24,6 @@ from .models import FINISHED_STATUSES, Workflow, WorkflowEvent
 from .recovery import requeue_stuck
 from .registry import get_workflow
 from .transitions import (
-    REPAIRABLE,
     WorkflowRef,
     cancel_workflow,
     restart_workflow,
@@ -186,7 +185,6 @@ def _new_workflow_options(
 
 
 __all__ = [
-    "REPAIRABLE",
     "cancel_workflow",
     "requeue_stuck",
     "restart_workflow",

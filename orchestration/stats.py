@@ -97,9 +97,9 @@ def all_reports(hours: int = 24) -> list[Report]:
     return [success_rate(hours), stuck_workflows(), step_durations()]
 
 
-# Pending rows split by why, as the list's "pending" filter splits them: due now
-# (whatever brought them there), waiting for a timer, an event or children, or
-# due later (a retry's backoff, or a start scheduled for later).
+# Pending rows split by why, as ``waits.pending_q`` splits them for the list's
+# "pending" filter: due now (whatever brought them there), waiting (any
+# ``waits.WaitKind``), or due later (retrying and scheduled, counted together).
 QUEUE_DEPTH_SQL = """
 SELECT
     queue,
@@ -150,7 +150,8 @@ WHERE relid IN ('workflows'::regclass, 'workflow_steps'::regclass)
 ORDER BY relname;
 """
 
-# The prefixes are those ``waiting_for`` is written with: "timer: ...", "event: ...", "children: ...".
+# One count per ``waits.WaitKind``, each column named by its value: the prefix
+# ``waits.Wait.text`` gives ``waiting_for``. The list's filter by kind is ``waits.pending_q(kind)``.
 WAITING_SQL = """
 SELECT
     COUNT(*) FILTER (WHERE split_part(waiting_for, ':', 1) = 'timer') AS timer,
@@ -196,7 +197,8 @@ def queue_depth() -> Report:
 
 
 def waiting_counts() -> dict[str, int]:
-    """Pending workflows that wait, by what for: ``{"timer": n, "event": n, "children": n}``.
+    """Pending workflows that wait, by what for: ``{"timer": n, "event": n, "children": n}``,
+    keyed by ``waits.WaitKind`` value.
 
     A wait that is over (its timer is due, or an event or a child woke it)
     counts as due in ``queue_depth``, not here.

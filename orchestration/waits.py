@@ -31,6 +31,9 @@ MAX_TEXT = 200
 
 
 class WaitKind(enum.StrEnum):
+    """What a workflow can wait for; the value is the prefix of its ``waiting_for``,
+    the admin's filter value and the overview's column name alike."""
+
     TIMER = "timer"
     EVENT = "event"
     CHILDREN = "children"
@@ -155,6 +158,8 @@ class PendingReason(enum.StrEnum):
 def pending_reason(
     run_after: datetime.datetime | None, waiting_for: str | None, error_message: str | None, now: datetime.datetime
 ) -> PendingReason:
+    """Why a pending workflow with these columns is pending at ``now``: the Python
+    side of ``pending_q``, for a row already loaded."""
     if run_after is None or run_after <= now:
         return PendingReason.DUE
     if waiting_for:

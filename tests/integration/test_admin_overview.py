@@ -10,7 +10,8 @@ from django.db import connections
 from django.urls import reverse
 from django.utils import timezone
 
-from orchestration import admin_views, stats
+from orchestration import stats
+from orchestration.admin import views as admin_views
 from orchestration.models import Workflow
 from tests.admin_support import staff_user, stuck_running
 from tests.factories import WorkflowFactory, WorkflowStepFactory

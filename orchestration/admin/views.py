@@ -15,28 +15,27 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol
 
 import psycopg
-from django import forms
 from django.contrib import messages
+from django.contrib.admin import AdminSite
 from django.contrib.admin.utils import quote, unquote
 from django.core.exceptions import PermissionDenied
 from django.db import OperationalError
+from django.db.models.options import Options
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils import timezone
-from django.utils.http import urlencode
 
-from . import api, charts, stats
-from .errors import InvalidTransition, InvalidWorkflowInput
-from .models import FINISHED_STATUSES, StepStatus, Workflow, WorkflowStatus, WorkflowStep
-from .validation import STEP_NAME_MAX_LENGTH
-
-if TYPE_CHECKING:
-    from .admin import WorkflowAdmin
+from .. import api, charts, stats, transitions
+from ..errors import InvalidTransition, InvalidWorkflowInput
+from ..models import FINISHED_STATUSES, StepStatus, Workflow, WorkflowStep
+from ..waits import WaitKind, awaited_event
+from .display import change_url, changelist_url
+from .forms import SendEventForm, SkipStepForm
 
 logger = logging.getLogger(__name__)
 
@@ -50,20 +49,29 @@ STUCK_ROWS_SHOWN = 20
 #: Dead tuples, in percent of a table, from which the overview flags it.
 DEAD_TUPLES_WARNING_PCT = 20
 
-#: What a workflow can wait for: the prefix of its ``waiting_for``, and words for it.
-WAIT_KINDS = (("timer", "a timer"), ("event", "an event"), ("children", "child workflows"))
+
+class WorkflowConsole(Protocol):
+    """What these views use of the workflow admin, which passes itself in.
+
+    Typed by what it does rather than by its class, so that this module need not
+    import the module that imports it.
+    """
+
+    @property
+    def admin_site(self) -> AdminSite: ...
+    @property
+    def opts(self) -> Options[Any]: ...
+    def has_view_permission(self, request: HttpRequest) -> bool: ...
+    def has_retry_permission(self, request: HttpRequest) -> bool: ...
+    def has_send_event_permission(self, request: HttpRequest) -> bool: ...
+    def get_object(self, request: HttpRequest, object_id: str) -> Workflow | None: ...
+    def get_list_display(self, request: HttpRequest) -> Sequence[Any]: ...
+    def get_actions(self, request: HttpRequest) -> Mapping[str, Any]: ...
+    def message_user(self, request: HttpRequest, message: str, level: int) -> None: ...
+    def log_change(self, request: HttpRequest, obj: Workflow, message: str) -> Any: ...
 
 
-def change_url(workflow_id: Any) -> str:
-    return reverse("admin:orchestration_workflow_change", args=[quote(workflow_id)])
-
-
-def changelist_url(**filters: str) -> str:
-    url = reverse("admin:orchestration_workflow_changelist")
-    return f"{url}?{urlencode(filters)}" if filters else url
-
-
-def _column_index(model_admin: WorkflowAdmin, request: HttpRequest, column: str) -> str:
+def _column_index(model_admin: WorkflowConsole, request: HttpRequest, column: str) -> str:
     """The list's ``o`` parameter that sorts on ``column``, as this user's list numbers its columns."""
     columns = list(model_admin.get_list_display(request))
     if model_admin.get_actions(request):
@@ -86,7 +94,7 @@ def _bounded(report: Callable[..., Any], *args: Any) -> tuple[Any, str | None]:
         )
 
 
-def overview(model_admin: WorkflowAdmin, request: HttpRequest) -> HttpResponse:
+def overview(model_admin: WorkflowConsole, request: HttpRequest) -> HttpResponse:
     if not model_admin.has_view_permission(request):
         raise PermissionDenied
     success, success_problem = _bounded(stats.success_rate)
@@ -130,8 +138,13 @@ def overview(model_admin: WorkflowAdmin, request: HttpRequest) -> HttpResponse:
         ],
         "depth_problem": depth_problem,
         "waiting": [
-            {"kind": kind, "label": label, "count": waiting[kind], "url": changelist_url(pending=kind)}
-            for kind, label in WAIT_KINDS
+            {
+                "kind": kind.value,
+                "label": kind.label,
+                "count": waiting[kind.value],
+                "url": changelist_url(pending=kind.value),
+            }
+            for kind in WaitKind
         ]
         if waiting
         else [],
@@ -162,33 +175,8 @@ def overview(model_admin: WorkflowAdmin, request: HttpRequest) -> HttpResponse:
 # -- step repairs ---------------------------------------------------------------
 
 
-class SkipStepForm(forms.Form):
-    output = forms.CharField(
-        label="Output of the step, as JSON",
-        widget=forms.Textarea(attrs={"rows": 8, "cols": 80, "class": "vLargeTextField orch-json-input"}),
-        help_text='What the step would have returned, e.g. {"payout_id": "po_123"}, "done" or null. '
-        "Later steps receive it exactly as if the step had run.",
-        strip=True,
-    )
-
-    def clean_output(self) -> Any:
-        return parse_json(self.cleaned_data["output"])
-
-
-def parse_json(text: str) -> Any:
-    """The value ``text`` holds as strict JSON (no NaN or Infinity), or a ValidationError saying why not."""
-    try:
-        return json.loads(text, parse_constant=_reject_constant)
-    except ValueError as exc:
-        raise forms.ValidationError(f"Not valid JSON: {exc}") from None
-
-
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not valid JSON")
-
-
 def _repair_target(
-    model_admin: WorkflowAdmin, request: HttpRequest, object_id: str, step_number: int
+    model_admin: WorkflowConsole, request: HttpRequest, object_id: str, step_number: int
 ) -> tuple[Workflow, WorkflowStep]:
     if not (model_admin.has_view_permission(request) and model_admin.has_retry_permission(request)):
         raise PermissionDenied
@@ -202,7 +190,7 @@ def _repair_target(
 
 
 def _repair_page(
-    model_admin: WorkflowAdmin, request: HttpRequest, workflow: Workflow, step: WorkflowStep, **context: Any
+    model_admin: WorkflowConsole, request: HttpRequest, workflow: Workflow, step: WorkflowStep, **context: Any
 ) -> HttpResponse:
     return TemplateResponse(
         request,
@@ -213,13 +201,15 @@ def _repair_page(
             "workflow": workflow,
             "step": step,
             "change_url": change_url(workflow.pk),
-            "repairable": workflow.status in api.REPAIRABLE,
+            "repairable": workflow.status in transitions.REPAIRABLE,
             **context,
         },
     )
 
 
-def retry_from_step(model_admin: WorkflowAdmin, request: HttpRequest, object_id: str, step_number: int) -> HttpResponse:
+def retry_from_step(
+    model_admin: WorkflowConsole, request: HttpRequest, object_id: str, step_number: int
+) -> HttpResponse:
     workflow, step = _repair_target(model_admin, request, object_id, step_number)
     if request.method == "POST":
         try:
@@ -251,7 +241,7 @@ def retry_from_step(model_admin: WorkflowAdmin, request: HttpRequest, object_id:
     )
 
 
-def skip_step(model_admin: WorkflowAdmin, request: HttpRequest, object_id: str, step_number: int) -> HttpResponse:
+def skip_step(model_admin: WorkflowConsole, request: HttpRequest, object_id: str, step_number: int) -> HttpResponse:
     workflow, step = _repair_target(model_admin, request, object_id, step_number)
     form = SkipStepForm(request.POST if request.method == "POST" else None)
     if form.is_valid():
@@ -276,7 +266,7 @@ def skip_step(model_admin: WorkflowAdmin, request: HttpRequest, object_id: str, 
                 messages.SUCCESS,
             )
             return HttpResponseRedirect(change_url(workflow.pk))
-    skippable = workflow.status in api.REPAIRABLE and (
+    skippable = workflow.status in transitions.REPAIRABLE and (
         step.status == StepStatus.FAILED and step.step_number == workflow.current_step + 1
     )
     return _repair_page(
@@ -293,44 +283,12 @@ def skip_step(model_admin: WorkflowAdmin, request: HttpRequest, object_id: str, 
 
 # -- sending an event ---------------------------------------------------------------
 
-#: How ``waiting_for`` reads while a workflow waits in ``ctx.wait_for_event(name)``.
-EVENT_PREFIX = "event: "
 
-
-class SendEventForm(forms.Form):
-    name = forms.CharField(
-        label="Event name",
-        max_length=STEP_NAME_MAX_LENGTH,
-        help_text="The name the workflow's ctx.wait_for_event(name) waits for.",
-        widget=forms.TextInput(attrs={"size": 40, "class": "vTextField"}),
-    )
-    payload = forms.CharField(
-        label="Payload, as JSON",
-        required=False,
-        strip=True,
-        widget=forms.Textarea(attrs={"rows": 5, "cols": 80, "class": "vLargeTextField orch-json-input"}),
-        help_text='What ctx.wait_for_event returns, e.g. {"approved": true, "by": "grace@example.com"}. '
-        "Leave it empty to send null.",
-    )
-
-    def clean_payload(self) -> Any:
-        text = self.cleaned_data["payload"]
-        return parse_json(text) if text else None
-
-
-def awaited_event(workflow: Workflow) -> str | None:
-    """The event a pending workflow waits for, or None when it waits for none."""
-    waiting_for = workflow.waiting_for or ""
-    if workflow.status != WorkflowStatus.PENDING or not waiting_for.startswith(EVENT_PREFIX):
-        return None
-    return waiting_for.removeprefix(EVENT_PREFIX)
-
-
-def send_event_context(model_admin: WorkflowAdmin, request: HttpRequest, workflow: Workflow | None) -> dict[str, Any]:
+def send_event_context(model_admin: WorkflowConsole, request: HttpRequest, workflow: Workflow | None) -> dict[str, Any]:
     """What the workflow page needs to draw its "send an event" form; empty when it draws none."""
     if workflow is None or workflow.status in FINISHED_STATUSES or not model_admin.has_send_event_permission(request):
         return {}
-    awaited = awaited_event(workflow)
+    awaited = awaited_event(workflow.status, workflow.waiting_for)
     # Woken already (the event arrived; a worker resumes it soon): a second
     # approval would only queue a second event, so the form steps back.
     woken = awaited is not None and workflow.run_after is None
@@ -343,13 +301,13 @@ def send_event_context(model_admin: WorkflowAdmin, request: HttpRequest, workflo
     }
 
 
-def send_event(model_admin: WorkflowAdmin, request: HttpRequest, object_id: str) -> HttpResponse:
+def send_event(model_admin: WorkflowConsole, request: HttpRequest, object_id: str) -> HttpResponse:
     if not (model_admin.has_view_permission(request) and model_admin.has_send_event_permission(request)):
         raise PermissionDenied
     workflow = model_admin.get_object(request, unquote(object_id))
     if workflow is None:
         raise Http404(f"No workflow {object_id}.")
-    awaited = awaited_event(workflow)
+    awaited = awaited_event(workflow.status, workflow.waiting_for)
     form = SendEventForm(
         request.POST if request.method == "POST" else None, initial={"name": awaited or "", "payload": ""}
     )

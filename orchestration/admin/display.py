@@ -1,0 +1,124 @@
+"""How the console shows a workflow: status badges (a pending one says why),
+moments to the second, JSON, and links to the list and to a workflow's page.
+
+The list, the workflow page, the step inline and the console's own pages all
+draw with these, so this module imports nothing else of the admin.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+from collections.abc import Callable
+from typing import Any
+
+from django.contrib import admin
+from django.contrib.admin.utils import quote
+from django.urls import reverse
+from django.utils import timezone
+from django.utils.html import format_html
+from django.utils.http import urlencode
+from django.utils.safestring import SafeString
+
+from ..models import Workflow
+from ..waits import WAIT_FOREVER, PendingReason, Wait, pending_reason
+
+#: Longest JSON text shown on a page; the rest is cut, with a note.
+JSON_DISPLAY_LIMIT = 20_000
+#: Steps drawn on a workflow's timeline and listed in its inline, at most.
+MAX_STEPS_SHOWN = 300
+
+
+def status_badge(status: str, title: str | None = None) -> SafeString:
+    return format_html('<span class="orch-badge orch-{}" title="{}">{}</span>', status, title or "", status)
+
+
+def waiting_what(waiting_for: str) -> str:
+    """What a workflow waits for, without a timer's "until ..." (``run_after`` says it, capped by the deadline).
+    A text no wait writes (a row changed by hand) is shown as it is."""
+    wait = Wait.parse(waiting_for)
+    return wait.what if wait is not None else waiting_for
+
+
+def waiting_until(run_after: datetime.datetime | None) -> SafeString | str:
+    if run_after is None:
+        return "woken: due now"
+    if run_after >= WAIT_FOREVER:
+        return "until woken"
+    return format_html("until {}", timestamp(run_after))
+
+
+def pending_label(workflow: Workflow) -> SafeString:
+    """The status of a pending workflow with why it is pending, and until when."""
+    reason = pending_reason(workflow.run_after, workflow.waiting_for, workflow.error_message, timezone.now())
+    line = '<span class="orch-why">{}</span>'
+    if reason == PendingReason.WAITING:
+        assert workflow.waiting_for is not None
+        return format_html(
+            "{}" + line + line,
+            status_badge("waiting", f"pending: waiting for {workflow.waiting_for}"),
+            waiting_what(workflow.waiting_for),
+            waiting_until(workflow.run_after),
+        )
+    if reason in (PendingReason.RETRYING, PendingReason.SCHEDULED):
+        return format_html(
+            "{}" + line + line,
+            status_badge(workflow.status, workflow.error_message),
+            reason.value,
+            format_html("at {}", timestamp(workflow.run_after)),
+        )
+    if workflow.waiting_for:  # woken, and not claimed yet
+        return format_html(
+            "{}" + line, status_badge(workflow.status, workflow.error_message), f"woken: {workflow.waiting_for}"
+        )
+    return status_badge(workflow.status, workflow.error_message)
+
+
+def pretty_json(value: Any, limit: int = JSON_DISPLAY_LIMIT) -> SafeString:
+    text = json.dumps(value, indent=2, ensure_ascii=False)
+    if len(text) > limit:
+        return format_html(
+            '<pre class="orch-json">{}</pre><p class="help">Cut at {} of {} characters.</p>',
+            text[:limit],
+            limit,
+            len(text),
+        )
+    return format_html('<pre class="orch-json">{}</pre>', text)
+
+
+def timestamp(value: datetime.datetime | None, *, two_lines: bool = False) -> SafeString | str:
+    """A moment to the second, in the current time zone (the admin's default drops seconds)."""
+    if value is None:
+        return "—"
+    local = timezone.localtime(value)
+    return format_html(
+        '<time datetime="{}">{}{}{}</time>',
+        local.isoformat(),
+        local.strftime("%Y-%m-%d"),
+        SafeString("<br>") if two_lines else " ",
+        local.strftime("%H:%M:%S"),
+    )
+
+
+def timestamp_column(
+    field: str, description: str, *, two_lines: bool = False
+) -> Callable[[Any, Any], SafeString | str]:
+    """A column (or read-only field) showing ``field`` as ``timestamp`` does, sortable by it."""
+
+    @admin.display(description=description, ordering=field)
+    def show(model_admin: Any, obj: Any) -> SafeString | str:
+        return timestamp(getattr(obj, field), two_lines=two_lines)
+
+    return show
+
+
+# -- links ----------------------------------------------------------------------
+
+
+def change_url(workflow_id: Any) -> str:
+    return reverse("admin:orchestration_workflow_change", args=[quote(workflow_id)])
+
+
+def changelist_url(**filters: str) -> str:
+    url = reverse("admin:orchestration_workflow_changelist")
+    return f"{url}?{urlencode(filters)}" if filters else url

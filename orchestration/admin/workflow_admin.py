@@ -1,0 +1,368 @@
+"""The workflow admin itself: the list, the workflow page, and the URLs of the
+console's own pages.
+
+The list stays fast on a table of millions of rows: step counts are correlated
+subqueries evaluated for the page's rows only, large JSON columns are not
+loaded, filters read their choices from indexes and the registry, and the
+paginator estimates instead of counting past a bound.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from django.contrib import admin
+from django.contrib.admin.utils import flatten_fieldsets
+from django.contrib.admin.views.main import ChangeList
+from django.db.models import Count, IntegerField, OuterRef, Q, QuerySet, Subquery
+from django.db.models.functions import Coalesce
+from django.http import HttpRequest, HttpResponse
+from django.template.loader import render_to_string
+from django.urls import URLPattern, path
+from django.utils import timezone
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import SafeString
+
+from .. import charts
+from ..conf import conf
+from ..models import FINISHED_STATUSES, StepStatus, Workflow, WorkflowStatus, WorkflowStep
+from ..pagination import EstimatedCountPaginator
+from ..waits import WAIT_FOREVER
+from .actions import cancel_workflows, requeue_stuck_workflows, restart_workflows, retry_workflows
+from .display import (
+    MAX_STEPS_SHOWN,
+    change_url,
+    changelist_url,
+    pending_label,
+    pretty_json,
+    status_badge,
+    timestamp,
+    timestamp_column,
+    waiting_until,
+    waiting_what,
+)
+from .filters import ParentFilter, PendingFilter, QueueFilter, WorkflowTypeFilter
+from .inlines import WorkflowStepInline
+from .views import overview, retry_from_step, send_event, send_event_context, skip_step
+
+
+def uuid_prefix_range(term: str) -> tuple[uuid.UUID, uuid.UUID] | None:
+    """The ids that start with ``term`` (hex digits, dashes ignored) as an
+    inclusive range, which the primary key index answers directly."""
+    digits = term.replace("-", "").lower()
+    if not 1 <= len(digits) <= 32 or any(char not in "0123456789abcdef" for char in digits):
+        return None
+    return uuid.UUID(digits.ljust(32, "0")), uuid.UUID(digits.ljust(32, "f"))
+
+
+def _step_count(**conditions: Any) -> Coalesce:
+    counted = (
+        WorkflowStep.objects.filter(workflow=OuterRef("pk"), **conditions)
+        .order_by()
+        .values("workflow")
+        .annotate(n=Count("pk"))
+        .values("n")
+    )
+    return Coalesce(Subquery(counted, output_field=IntegerField()), 0)
+
+
+def _children_by_status(workflow: Workflow) -> dict[str, int]:
+    """How many child workflows ``workflow`` has in each status (read once per page, through the parent index)."""
+    cached: dict[str, int] | None = getattr(workflow, "_children_by_status", None)
+    if cached is None:
+        rows = Workflow.objects.filter(parent=workflow).order_by().values_list("status").annotate(n=Count("pk"))
+        cached = {status: n for status, n in rows}
+        workflow._children_by_status = cached  # type: ignore[attr-defined]
+    return cached
+
+
+class WorkflowChangeList(ChangeList):
+    def get_queryset(self, request: HttpRequest, exclude_parameters: Any = None) -> QuerySet[Workflow]:
+        queryset = super().get_queryset(request, exclude_parameters)
+        # The list shows neither payloads nor tracebacks, which can be large.
+        return queryset.defer("input_data", "output_data", "error_traceback").annotate(
+            completed_steps=_step_count(status=StepStatus.COMPLETED), steps_seen=_step_count()
+        )
+
+
+class WorkflowAdmin(admin.ModelAdmin):
+    """Every workflow, read only: the console changes a row only through ``orchestration.api``
+    (the actions, the step repairs, sending an event), never by saving a form."""
+
+    list_display = (
+        "short_id",
+        "workflow_type",
+        "status_label",
+        "queue",
+        "progress",
+        "attempts_label",
+        "created",
+        "heartbeat",
+        "duration",
+    )
+    list_display_links = ("short_id",)
+    list_filter = (
+        "status",
+        PendingFilter,
+        WorkflowTypeFilter,
+        QueueFilter,
+        ("created_at", admin.DateFieldListFilter),
+        ParentFilter,
+    )
+    # Replaced by get_search_results; declared so the search box shows.
+    search_fields = ("=id", "=workflow_type", "=idempotency_key")
+    search_help_text = "An id (or its first characters), an exact type, or an idempotency key."
+    fieldsets = (
+        (
+            None,
+            {
+                "fields": (
+                    ("workflow_type", "status_label"),
+                    ("queue", "priority"),
+                    ("attempts_label", "current_step"),
+                    ("idempotency_key", "worker_id"),
+                )
+            },
+        ),
+        ("Waiting", {"fields": (("waiting_label", "waiting_until_label"),)}),
+        ("Parent and children", {"fields": (("parent_link", "children_label"),)}),
+        ("Error", {"fields": ("error_message",)}),
+        ("Traceback", {"fields": ("traceback",), "classes": ("collapse",)}),
+        ("Timeline", {"fields": ("timeline",)}),
+        (
+            "Timing",
+            {
+                "fields": (
+                    ("created", "run_after_at"),
+                    ("started", "finished"),
+                    ("updated", "heartbeat"),
+                    ("duration", "deadline_at"),
+                )
+            },
+        ),
+        ("Input and output", {"fields": ("input_json", "output_json")}),
+    )
+    readonly_fields = flatten_fieldsets(fieldsets)
+    #: Fieldsets shown only when the workflow has something to show in them.
+    optional_fieldsets: dict[str, Callable[[Workflow], Any]] = {
+        "Waiting": lambda workflow: workflow.status == WorkflowStatus.PENDING and workflow.waiting_for,
+        "Parent and children": lambda workflow: workflow.parent_id or _children_by_status(workflow),
+        "Error": lambda workflow: workflow.error_message,
+        "Traceback": lambda workflow: workflow.error_traceback,
+    }
+    inlines = [WorkflowStepInline]
+    # Each names the has_<permission>_permission below that guards it.
+    actions = [retry_workflows, restart_workflows, cancel_workflows, requeue_stuck_workflows]
+    paginator = EstimatedCountPaginator
+    show_full_result_count = False
+    show_facets = admin.ShowFacets.NEVER
+    list_per_page = 50
+
+    class Media:
+        css = {"all": ("orchestration/admin.css",)}
+
+    # -- permissions: the console never edits rows; it only runs transitions.
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        # Deleting is retention's job (purge_workflows), which spares unfinished work.
+        return False
+
+    def has_retry_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm("orchestration.retry_workflow")
+
+    def has_cancel_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm("orchestration.cancel_workflow")
+
+    def has_send_event_permission(self, request: HttpRequest) -> bool:
+        """Sending an event changes what a workflow does next, as a retry does: the same permission guards it."""
+        return request.user.has_perm("orchestration.retry_workflow")
+
+    def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> Any:
+        fieldsets = super().get_fieldsets(request, obj)
+        return [
+            (name, options)
+            for name, options in fieldsets
+            if name not in self.optional_fieldsets or (obj is not None and self.optional_fieldsets[name](obj))
+        ]
+
+    # -- the list
+
+    created = timestamp_column("created_at", "created")
+    deadline_at = timestamp_column("deadline", "deadline")
+    started = timestamp_column("started_at", "started")
+    finished = timestamp_column("finished_at", "finished")
+    updated = timestamp_column("updated_at", "updated")
+
+    def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
+        return WorkflowChangeList
+
+    def get_search_results(
+        self, request: HttpRequest, queryset: QuerySet[Workflow], search_term: str
+    ) -> tuple[QuerySet[Workflow], bool]:
+        term = search_term.strip()
+        if not term:
+            return queryset, False
+        condition = Q(workflow_type=term) | Q(idempotency_key=term)
+        ids = uuid_prefix_range(term)
+        if ids is not None:
+            condition |= Q(pk__gte=ids[0], pk__lte=ids[1])
+        return queryset.filter(condition), False
+
+    @admin.display(description="id", ordering="id")
+    def short_id(self, obj: Workflow) -> str:
+        # Whole: ids are UUIDv7 (enqueue.time_ordered_uuid), whose first characters
+        # are a clock, the same for every workflow started in the same minute.
+        return str(obj.pk)
+
+    @admin.display(description="status", ordering="status")
+    def status_label(self, obj: Workflow) -> SafeString:
+        if obj.status == WorkflowStatus.PENDING:
+            return pending_label(obj)
+        return status_badge(obj.status, obj.error_message)
+
+    @admin.display(description="progress")
+    def progress(self, obj: Workflow) -> SafeString:
+        # Annotated by WorkflowChangeList: two index lookups per listed row.
+        done, seen = getattr(obj, "completed_steps"), getattr(obj, "steps_seen")  # noqa: B009
+        return format_html('<span title="completed steps / steps seen">{} / {}</span>', done, seen)
+
+    @admin.display(description="attempts", ordering="attempts")
+    def attempts_label(self, obj: Workflow) -> str:
+        return f"{obj.attempts} / {obj.max_retries + 1}"
+
+    @admin.display(description="last heartbeat", ordering="updated_at")
+    def heartbeat(self, obj: Workflow) -> SafeString | str:
+        if obj.status != WorkflowStatus.RUNNING:
+            return "—"
+        age = (timezone.now() - obj.updated_at).total_seconds()
+        stale = age > conf.STUCK_AFTER
+        return format_html(
+            '<span class="{}">{} ago</span>', "orch-stale" if stale else "orch-fresh", charts.format_duration(age)
+        )
+
+    @admin.display(description="duration")
+    def duration(self, obj: Workflow) -> str:
+        end = obj.finished_at if obj.status in FINISHED_STATUSES else None
+        running = obj.status == WorkflowStatus.RUNNING
+        return charts.format_elapsed(obj.started_at, end, timezone.now(), running=running)
+
+    # -- the workflow page
+
+    @admin.display(description="run after")
+    def run_after_at(self, obj: Workflow) -> SafeString | str:
+        if obj.run_after is not None and obj.run_after >= WAIT_FOREVER:
+            return "— (until woken by an event or a child)"
+        return timestamp(obj.run_after)
+
+    @admin.display(description="waits for")
+    def waiting_label(self, obj: Workflow) -> str:
+        return waiting_what(obj.waiting_for) if obj.waiting_for else "—"
+
+    @admin.display(description="until")
+    def waiting_until_label(self, obj: Workflow) -> SafeString | str:
+        return waiting_until(obj.run_after)
+
+    @admin.display(description="parent")
+    def parent_link(self, obj: Workflow) -> SafeString | str:
+        parent = obj.parent
+        if parent is None:
+            return "—"
+        return format_html(
+            '<a href="{}">{} {}</a> {}',
+            change_url(parent.pk),
+            parent.workflow_type,
+            str(parent.pk),
+            status_badge(parent.status),
+        )
+
+    @admin.display(description="children")
+    def children_label(self, obj: Workflow) -> SafeString | str:
+        counts = _children_by_status(obj)
+        if not counts:
+            return "—"
+        links = [
+            format_html(
+                '<a href="{}">{} {}</a>',
+                changelist_url(parent=str(obj.pk), status__exact=status),
+                counts[status],
+                status,
+            )
+            for status in WorkflowStatus.values
+            if status in counts
+        ]
+        return format_html(
+            '<a href="{}">{} in all</a>: {}',
+            changelist_url(parent=str(obj.pk)),
+            sum(counts.values()),
+            format_html_join(", ", "{}", ((link,) for link in links)),
+        )
+
+    @admin.display(description="input")
+    def input_json(self, obj: Workflow) -> SafeString:
+        return pretty_json(obj.input_data)
+
+    @admin.display(description="output")
+    def output_json(self, obj: Workflow) -> SafeString:
+        return pretty_json(obj.output_data)
+
+    @admin.display(description="traceback")
+    def traceback(self, obj: Workflow) -> SafeString | str:
+        return format_html('<pre class="orch-traceback">{}</pre>', obj.error_traceback) if obj.error_traceback else "—"
+
+    @admin.display(description="steps")
+    def timeline(self, obj: Workflow) -> str:
+        steps = list(
+            obj.steps.order_by("step_number").values_list(
+                "step_number", "step_name", "status", "started_at", "completed_at"
+            )[: MAX_STEPS_SHOWN + 1]
+        )
+        drawn = charts.timeline([charts.StepTiming(*step) for step in steps[:MAX_STEPS_SHOWN]], timezone.now())
+        return render_to_string(
+            "admin/orchestration/workflow/timeline.html",
+            {"timeline": drawn, "cut": len(steps) > MAX_STEPS_SHOWN, "limit": MAX_STEPS_SHOWN},
+        )
+
+    # -- extra pages
+
+    def get_urls(self) -> list[URLPattern]:
+        wrap = self.admin_site.admin_view
+        steps = "<path:object_id>/steps/<int:step_number>"
+        return [
+            path("overview/", wrap(self.overview_view), name="orchestration_workflow_overview"),
+            path(f"{steps}/retry/", wrap(self.retry_from_step_view), name="orchestration_workflow_retry_from_step"),
+            path(f"{steps}/skip/", wrap(self.skip_step_view), name="orchestration_workflow_skip_step"),
+            path("<path:object_id>/send-event/", wrap(self.send_event_view), name="orchestration_workflow_send_event"),
+            *super().get_urls(),
+        ]
+
+    def overview_view(self, request: HttpRequest) -> HttpResponse:
+        return overview(self, request)
+
+    def retry_from_step_view(self, request: HttpRequest, object_id: str, step_number: int) -> HttpResponse:
+        return retry_from_step(self, request, object_id, step_number)
+
+    def skip_step_view(self, request: HttpRequest, object_id: str, step_number: int) -> HttpResponse:
+        return skip_step(self, request, object_id, step_number)
+
+    def send_event_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        return send_event(self, request, object_id)
+
+    def render_change_form(
+        self,
+        request: HttpRequest,
+        context: dict[str, Any],
+        add: bool = False,
+        change: bool = False,
+        form_url: str = "",
+        obj: Any = None,
+    ) -> HttpResponse:
+        context.update(send_event_context(self, request, obj))
+        return super().render_change_form(request, context, add, change, form_url, obj)

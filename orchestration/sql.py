@@ -44,9 +44,9 @@ CLAIMED_COLUMNS = ("id", "workflow_type", "input_data", "lease_token", "attempts
 #: recorded; a fresh run's step 1 is recorded running here, before any of its
 #: code runs, and named with its checkpoint (``lease.Lease.placeholder``).
 #:
-#: Planner notes: ``'pending'`` is written, not bound, so the generic plan can
-#: prove the partial index ``idx_workflows_claim``'s predicate; the rows are
-#: passed as arrays in id order, so two batches lock their rows in one order.
+#: Planner: ``'pending'`` is written, not bound, so the generic plan can use ``idx_workflows_claim``.
+#: Planner: "no step row" is a scalar subquery, not NOT EXISTS, which a bound LIMIT made a hash of every step.
+#: Locks: the completions come in id order, so two batches lock their rows in one order.
 COMPLETE_AND_CLAIM = """
 WITH done AS (
     UPDATE workflows AS w
@@ -84,7 +84,8 @@ WITH done AS (
     WHERE w.id = claimed.id
     RETURNING w.id, w.workflow_type, w.input_data, w.lease_token, w.attempts, w.max_retries, w.queue, w.parent_id,
         w.deadline,
-        claimed.started_at IS NULL AND NOT EXISTS (SELECT FROM workflow_steps AS s WHERE s.workflow_id = w.id) AS fresh
+        claimed.started_at IS NULL AND (SELECT 1 FROM workflow_steps AS s WHERE s.workflow_id = w.id LIMIT 1) IS NULL
+            AS fresh
 ), placeholder AS (
     INSERT INTO workflow_steps (workflow_id, step_number, status, started_at, attempts)
     SELECT id, 1, 'running', statement_timestamp(), 1 FROM taken WHERE fresh
@@ -99,9 +100,8 @@ SELECT taken.*, completed.ids FROM (SELECT array_agg(id) AS ids FROM done) AS co
 #: ``current_step`` to it; progress ends a crash loop, so the deaths counted at
 #: one step are reset. ``completed_at`` is when the step's body returned.
 #:
-#: Planner notes: ``IS NOT DISTINCT FROM 'running'`` keeps the planner off
-#: ``idx_workflows_running``, and the step is found by its key, not joined with
-#: ``held``: with stale statistics both were picked and read every row.
+#: Planner: ``IS NOT DISTINCT FROM 'running'`` keeps stale statistics from picking ``idx_workflows_running``.
+#: Planner: the step is found by its key, not joined with ``held``, which stale statistics made a seq scan.
 _HELD = """
 WITH held AS (
     UPDATE workflows

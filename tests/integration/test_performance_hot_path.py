@@ -9,6 +9,7 @@ import threading
 import time
 from typing import Any
 
+import psycopg
 import pytest
 from django.db import DataError, connection, connections
 from django.test.utils import CaptureQueriesContext
@@ -252,6 +253,28 @@ def test_hot_path_plans__with_index_plans_only__stay_index_lookups_with_stale_st
     assert "Index Scan using idx_workflows_claim" in together_plan, together_plan
     for plan in (claim_plan, complete_plan, together_plan):
         assert not any(shape in plan for shape in ("Sort", "Bitmap", "Seq Scan", "idx_workflows_running")), plan
+
+
+def test_claim_generic_plan__reads_the_steps_of_the_claimed_runs_only__with_many_steps_recorded():
+    # The workers run the claim's prepared generic plan, where the limit is a parameter.
+    started = start_workflows("perf_one_step", range(500))
+    WorkflowStep.objects.bulk_create(
+        WorkflowStep(workflow_id=workflow.pk, step_number=number, step_name="done", status=StepStatus.COMPLETED)
+        for workflow in started
+        for number in (2, 3, 4)
+    )
+    pg = connection.connection
+    pg.execute("ANALYZE workflows, workflow_steps")
+    pg.execute(sql.INDEX_PLANS_ONLY)
+    psycopg.Cursor(pg).execute(sql.COMPLETE_AND_CLAIM, claims.claim_params("w", None, [], 4), prepare=True)
+    name, types = pg.execute(
+        "SELECT name, parameter_types FROM pg_prepared_statements WHERE cardinality(parameter_types) > 0"
+    ).fetchone()
+    arguments = {"uuid[]": "'{}'", "jsonb": "'[]'", "integer[]": "'{}'", "double precision[]": "'{}'", "text[]": "NULL"}
+    values = ", ".join(arguments.get(kind, "4" if kind == "smallint" else "'w'") for kind in types)
+    plan = "\n".join(row[0] for row in pg.execute(f"EXPLAIN (ANALYZE, COSTS OFF) EXECUTE {name}({values})"))
+    assert "idx_workflow_steps_lookup" in plan, plan
+    assert not any(f"rows={n}" in plan for n in (1000, 1500)), plan  # no read of every step row
 
 
 def test_finish_and_claim__completes_finished_runs_with_their_checkpoints_and_claims_in_one_transaction():

@@ -18,6 +18,7 @@ from django.utils import timezone
 
 from orchestration import send_event, start_workflow
 from orchestration.models import Workflow, WorkflowStatus
+from orchestration.waits import waiting_for_event
 
 #: How long the failed payout's bank stays "down" after the demo starts.
 BANK_DOWNTIME = datetime.timedelta(seconds=60)
@@ -78,7 +79,7 @@ class Command(BaseCommand):
 
     def _approve_waiting_expenses(self, ids: list[Any]) -> None:
         """Play the manager: answer expense workflows that wait for approval."""
-        waiting = Workflow.objects.filter(pk__in=ids, waiting_for="event: manager approval")
+        waiting = Workflow.objects.filter(pk__in=ids, waiting_for=waiting_for_event("manager approval"))
         for workflow in waiting:
             send_event(workflow.pk, "manager approval", {"approved": True, "by": "grace@example.com"})
             self.stdout.write(f"Sent event 'manager approval' to waiting workflow {workflow.pk}\n")

@@ -22,7 +22,7 @@ from typing import Any
 
 from . import sql
 from .conf import conf
-from .lease import CLAIM_NOTHING, Lease, completion_params
+from .lease import Lease, completion_params
 
 
 @dataclass
@@ -50,9 +50,7 @@ def finish_and_claim(
     and nothing of it was written)."""
     if not finished and not limit:
         return [], set()
-    (rows,) = sql.run_together(
-        conf.DATABASE, [(sql.COMPLETE_AND_CLAIM, claim_params(worker_id, queues, finished, limit))]
-    )
+    (rows,) = sql.run_together(conf.DATABASE, [claim_statement(worker_id, queues, finished, limit)])
     completed = set(rows[0][-1] or ())
     for item in finished:
         if item.run.id in completed:
@@ -60,16 +58,14 @@ def finish_and_claim(
     return _leases(row[:-1] for row in rows if row[0] is not None), completed
 
 
-def claim_params(worker_id: str, queues: list[str] | None, finished: list[FinishedRun], limit: int) -> dict[str, Any]:
-    """``sql.COMPLETE_AND_CLAIM``'s parameters (also for ``EXPLAIN``, by the benchmark and the tests)."""
+def claim_statement(
+    worker_id: str, queues: list[str] | None, finished: list[FinishedRun], limit: int
+) -> tuple[str, dict[str, Any]]:
+    """``sql.COMPLETE_AND_CLAIM`` for ``limit`` runs, and its parameters (also
+    for ``EXPLAIN``, by the benchmark and the tests)."""
     completions = completion_params([(item.run, item.output) for item in finished])
-    return {
-        **completions,
-        **CLAIM_NOTHING,
-        "worker": worker_id,
-        "queues": _queue_array(tuple(queues or ())),
-        "limit": limit,
-    }
+    params = {**completions, "worker": worker_id, "queues": _queue_array(tuple(queues or ()))}
+    return sql.complete_and_claim(limit), params
 
 
 @functools.lru_cache(maxsize=64)

@@ -181,9 +181,9 @@ class Lease:
     def complete(self, output: Any) -> None:
         """Mark the run completed with its result (and its last step's deferred
         checkpoint); the completion statement the worker batches, for one run."""
-        params = {**completion_params([(self, json.dumps(output))]), **CLAIM_NOTHING}
+        params = {**completion_params([(self, json.dumps(output))]), "worker": None, "queues": None}
         with self._transaction_if(self.placeholder is not None):
-            (rows,) = sql.run_together(conf.DATABASE, [(sql.COMPLETE_AND_CLAIM, params)])
+            (rows,) = sql.run_together(conf.DATABASE, [(sql.complete_and_claim(0), params)])
             if not rows[0][-1]:
                 self._lost()
             self.checkpoint = None
@@ -327,10 +327,6 @@ class Lease:
         if status == WorkflowStatus.CANCELLED:
             raise WorkflowCancelled(f"Workflow {self.id} was cancelled.")
         raise LeaseLost(f"Workflow {self.id} is no longer held by this worker (it is {status}).")
-
-
-#: ``sql.COMPLETE_AND_CLAIM``'s claim parameters when it only completes.
-CLAIM_NOTHING: dict[str, Any] = {"worker": None, "queues": None, "limit": 0}
 
 
 def completion_params(finished: list[tuple[Lease, str]]) -> dict[str, Any]:

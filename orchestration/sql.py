@@ -12,6 +12,7 @@ Which status each statement may write is declared in ``transitions.MOVES``.
 from __future__ import annotations
 
 import contextlib
+import functools
 from typing import Any
 
 import psycopg
@@ -33,9 +34,10 @@ CLAIMED_COLUMNS = ("id", "workflow_type", "input_data", "lease_token", "attempts
                    "parent_id", "deadline")  # fmt: skip
 
 #: Complete the runs given as arrays (each fenced by its own lease, with its
-#: deferred checkpoint; a NULL step: none), then claim up to ``%(limit)s`` due
+#: deferred checkpoint; a NULL step: none), then claim up to ``{limit}`` due
 #: workflows of ``%(queues)s`` (NULL: every queue) for ``%(worker)s``. Empty
-#: arrays complete nothing; a limit of 0 claims nothing.
+#: arrays complete nothing; a limit of 0 claims nothing. Run it as
+#: ``complete_and_claim(limit)``, which writes the limit into the text.
 #:
 #: Returns the claimed rows, each with the array of the ids completed (a run
 #: missing from it had lost its lease), or one row of NULLs with it when
@@ -45,7 +47,8 @@ CLAIMED_COLUMNS = ("id", "workflow_type", "input_data", "lease_token", "attempts
 #: code runs, and named with its checkpoint (``lease.Lease.placeholder``).
 #:
 #: Planner: ``'pending'`` is written, not bound, so the generic plan can use ``idx_workflows_claim``.
-#: Planner: "no step row" is a scalar subquery, not NOT EXISTS, which a bound LIMIT made a hash of every step.
+#: Planner: the limit is written, not bound: a bound one is planned as a tenth of the table (docs/performance.md).
+#: Planner: "no step row" is a scalar subquery, not NOT EXISTS, which a large claim hashes over every step.
 #: Locks: the completions come in id order, so two batches lock their rows in one order.
 COMPLETE_AND_CLAIM = """
 WITH done AS (
@@ -73,7 +76,7 @@ WITH done AS (
     WHERE status = 'pending' AND (run_after IS NULL OR run_after <= statement_timestamp())
       AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
     ORDER BY priority DESC, created_at
-    LIMIT %(limit)s
+    LIMIT {limit}
     FOR NO KEY UPDATE SKIP LOCKED
 ), taken AS (
     UPDATE workflows AS w
@@ -93,6 +96,14 @@ WITH done AS (
 )
 SELECT taken.*, completed.ids FROM (SELECT array_agg(id) AS ids FROM done) AS completed LEFT JOIN taken ON true
 """
+
+
+@functools.lru_cache(maxsize=64)
+def complete_and_claim(limit: int) -> str:
+    """``COMPLETE_AND_CLAIM`` for claims of up to ``limit`` runs: one prepared
+    statement, and one generic plan, a claim size."""
+    return COMPLETE_AND_CLAIM.replace("{limit}", str(int(limit)))
+
 
 #: The head of the fenced statements: lock the row ``%(id)s`` if lease
 #: ``%(lease)s`` still holds it and, with a deferred checkpoint (a step

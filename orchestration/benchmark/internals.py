@@ -21,4 +21,5 @@ def queue_database() -> str:
 def claim_sql_for_explain(batch: int) -> tuple[list[str], str, dict[str, Any]]:
     """The session settings the workers plan their claim under, then the claim
     of ``batch`` runs and its parameters, for ``EXPLAIN``."""
-    return [sql.INDEX_PLANS_ONLY], sql.COMPLETE_AND_CLAIM, claims.claim_params("benchmark-explain", None, [], batch)
+    statement, params = claims.claim_statement("benchmark-explain", None, [], batch)
+    return [sql.INDEX_PLANS_ONLY], statement, params

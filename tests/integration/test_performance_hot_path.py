@@ -216,9 +216,9 @@ def test_claim_plan__is_an_index_scan_that_stops_early__with_a_deep_backlog_and_
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE workflows")
     start_workflows("perf_one_step", range(10_000))
-    params = claims.claim_params("w", None, [], 4)
+    statement, params = claims.claim_statement("w", None, [], 4)
     with connection.cursor() as cursor:
-        cursor.execute("EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) " + sql.COMPLETE_AND_CLAIM, params)
+        cursor.execute("EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) " + statement, params)
         plan = "\n".join(row[0] for row in cursor.fetchall())
     assert "Index Scan using idx_workflows_claim" in plan, plan
     assert "Sort" not in plan and "Bitmap" not in plan, plan
@@ -243,13 +243,13 @@ def test_hot_path_plans__with_index_plans_only__stay_index_lookups_with_stale_st
     runs = _stale_statistics_with_a_half_drained_backlog()
     with connection.cursor() as cursor:
         cursor.execute(sql.INDEX_PLANS_ONLY)  # as sql.run_together does, for this transaction
-    claim_plan = _plan(sql.COMPLETE_AND_CLAIM, claims.claim_params("w", None, [], 4))
+    claim_plan = _plan(*claims.claim_statement("w", None, [], 4))
     assert "Index Scan using idx_workflows_claim" in claim_plan, claim_plan
     finished = [claims.FinishedRun(run, "null", 0.0) for run in runs[:4]]
     for item in finished:
         item.run.defer_checkpoint(1, "only", None)
-    complete_plan = _plan(sql.COMPLETE_AND_CLAIM, claims.claim_params("w", None, finished, 0))
-    together_plan = _plan(sql.COMPLETE_AND_CLAIM, claims.claim_params("w", None, finished, 4))
+    complete_plan = _plan(*claims.claim_statement("w", None, finished, 0))
+    together_plan = _plan(*claims.claim_statement("w", None, finished, 4))
     assert "Index Scan using idx_workflows_claim" in together_plan, together_plan
     for plan in (claim_plan, complete_plan, together_plan):
         assert not any(shape in plan for shape in ("Sort", "Bitmap", "Seq Scan", "idx_workflows_running")), plan
@@ -266,12 +266,13 @@ def test_claim_generic_plan__reads_the_steps_of_the_claimed_runs_only__with_many
     pg = connection.connection
     pg.execute("ANALYZE workflows, workflow_steps")
     pg.execute(sql.INDEX_PLANS_ONLY)
-    psycopg.Cursor(pg).execute(sql.COMPLETE_AND_CLAIM, claims.claim_params("w", None, [], 4), prepare=True)
+    # A claim as large as a whole process's threads and more: claiming ahead makes them.
+    psycopg.Cursor(pg).execute(*claims.claim_statement("w", None, [], 400), prepare=True)
     name, types = pg.execute(
         "SELECT name, parameter_types FROM pg_prepared_statements WHERE cardinality(parameter_types) > 0"
     ).fetchone()
     arguments = {"uuid[]": "'{}'", "jsonb": "'[]'", "integer[]": "'{}'", "double precision[]": "'{}'", "text[]": "NULL"}
-    values = ", ".join(arguments.get(kind, "4" if kind == "smallint" else "'w'") for kind in types)
+    values = ", ".join(arguments.get(kind, "'w'") for kind in types)
     plan = "\n".join(row[0] for row in pg.execute(f"EXPLAIN (ANALYZE, COSTS OFF) EXECUTE {name}({values})"))
     assert "idx_workflow_steps_lookup" in plan, plan
     assert not any(f"rows={n}" in plan for n in (1000, 1500)), plan  # no read of every step row

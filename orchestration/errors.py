@@ -59,6 +59,10 @@ class ChildWorkflowFailed(PermanentError):
     """A child workflow failed or was cancelled."""
 
 
+class CheckpointRefused(PermanentError):
+    """The database refused to store a step's result; the step is failed."""
+
+
 class DeadlineExceeded(OrchestrationError):
     """The workflow is past its deadline; it is cancelled at this step boundary."""
 

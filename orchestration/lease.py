@@ -25,14 +25,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, NoReturn, TypeVar
 
-from django.db import connections, transaction
+from django.db import DatabaseError, connections, transaction
 from django.db.models.functions import Now
 
 from . import sql, transitions, waits
 from .conf import conf
-from .errors import CONNECTION_ERRORS, LeaseLost, WorkflowCancelled
+from .errors import CONNECTION_ERRORS, CheckpointRefused, LeaseLost, WorkflowCancelled
 from .models import StepStatus, Workflow, WorkflowEvent, WorkflowStatus, WorkflowStep
 from .retry import backoff_seconds, should_retry
+from .validation import ERROR_MESSAGE_MAX_LENGTH, TRACEBACK_MAX_LENGTH, storable_text
 
 T = TypeVar("T")
 
@@ -84,10 +85,20 @@ class OutagePolicy:
 def _through_outages(method: Callable[..., T]) -> Callable[..., T]:
     @functools.wraps(method)
     def write(lease: Lease, *args: Any, **kwargs: Any) -> T:
+        checkpoint = lease.checkpoint
+
+        def attempt() -> T:
+            try:
+                return method(lease, *args, **kwargs)
+            except CONNECTION_ERRORS:
+                # The transaction that wrote it is gone: the next try carries it again.
+                lease.checkpoint = checkpoint
+                raise
+
         policy = lease.outage
         if policy is None or connections[conf.DATABASE].in_atomic_block:
-            return method(lease, *args, **kwargs)
-        return policy.write(lease, lambda: method(lease, *args, **kwargs))
+            return attempt()
+        return policy.write(lease, attempt)
 
     return write
 
@@ -171,6 +182,7 @@ class Lease:
 
     @_through_outages
     def fail_step(self, number: int, name: str, message: str) -> None:
+        message = storable_text(message, ERROR_MESSAGE_MAX_LENGTH)
         with transaction.atomic(using=conf.DATABASE):
             self._fence()
             _steps().filter(workflow_id=self.id, step_number=number).fail(message, name=name)
@@ -193,6 +205,8 @@ class Lease:
     def fail(self, message: str, traceback: str | None, *, retryable: bool) -> float | None:
         """Fail this attempt: back to pending after a backoff while attempts remain
         (returns the delay in seconds), else failed for good (returns None)."""
+        message = storable_text(message, ERROR_MESSAGE_MAX_LENGTH)
+        traceback = storable_text(traceback, TRACEBACK_MAX_LENGTH, keep_end=True) if traceback else traceback
         if retryable and should_retry(self.attempts, self.max_retries):
             delay = backoff_seconds(self.attempts, conf.RETRY_BACKOFF, conf.RETRY_BACKOFF_MAX)
             self._fence(lambda rows: transitions.retry_later(rows, delay, message, traceback))
@@ -277,23 +291,48 @@ class Lease:
         row), or touch the row with ``changes``, if and only if this run still
         holds it; write the deferred checkpoint first, in the same transaction,
         and delete the claim's unused placeholder step."""
-        with self._transaction_if(self.checkpoint is not None or self.placeholder is not None):
-            if self.checkpoint is not None:
-                self._fenced(sql.FENCE)
-            held = _workflows().filter(pk=self.id, lease_token=self.lease_token, status=WorkflowStatus.RUNNING)
-            if move(held) if move is not None else held.update(updated_at=Now(), **changes):
-                self._drop_placeholder()
-                return
-            self._lost()
+        outer = connections[conf.DATABASE].in_atomic_block
+        try:
+            with self._transaction_if(self.checkpoint is not None or self.placeholder is not None):
+                if self.checkpoint is not None:
+                    self._fenced(sql.FENCE)
+                held = _workflows().filter(pk=self.id, lease_token=self.lease_token, status=WorkflowStatus.RUNNING)
+                if move(held) if move is not None else held.update(updated_at=Now(), **changes):
+                    self._drop_placeholder()
+                    return
+                self._lost()
+        except CONNECTION_ERRORS:
+            raise
+        except DatabaseError as exc:
+            if outer or self.checkpoint is None:
+                raise
+            self._refuse_checkpoint(exc)
 
     def _fenced(self, statement: str, **params: Any) -> None:
         """Run ``sql.FENCE`` or ``sql.START_STEP``, which write nothing unless
         this run still holds the workflow; the deferred checkpoint goes with it."""
         params.update(id=self.id, lease=self.lease_token, **self.checkpoint_params())
-        (rows,) = sql.run_together(conf.DATABASE, [(statement, params)])
+        try:
+            (rows,) = sql.run_together(conf.DATABASE, [(statement, params)])
+        except CONNECTION_ERRORS:
+            raise
+        except DatabaseError as exc:
+            if self.checkpoint is None or connections[conf.DATABASE].in_atomic_block:
+                raise
+            self._refuse_checkpoint(exc)
         if not rows or not rows[0][0]:
             self._lost()
         self.checkpoint = None
+
+    def _refuse_checkpoint(self, exc: DatabaseError) -> NoReturn:
+        """The database refused the deferred checkpoint (and rolled back what went
+        with it): the step it completes is failed with the database's reason, and
+        so is the attempt, rather than the step being left running."""
+        refused, self.checkpoint = self.checkpoint, None
+        assert refused is not None
+        reason = f'Step {refused.number} "{refused.name}": the database refused its result: {exc}'
+        self.fail_step(refused.number, refused.name, reason)
+        raise CheckpointRefused(reason) from exc
 
     def checkpoint_params(self) -> dict[str, Any]:
         checkpoint = self.checkpoint

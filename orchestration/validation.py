@@ -37,8 +37,15 @@ def to_json_text(value: Any, what: str) -> str:
         encoded = json.dumps(value, allow_nan=False)
     except (TypeError, ValueError) as exc:
         raise NotJSONSerializable(f"{what} is not JSON-serialisable: {exc}") from None
+    except RecursionError:
+        raise NotJSONSerializable(f"{what} is nested too deeply to be encoded as JSON.") from None
     if "\\u0000" in encoded:
         raise NotJSONSerializable(f"{what} contains a NUL character, which PostgreSQL's jsonb cannot store.")
+    if "\\ud" in encoded and not _pairs_surrogates(encoded):
+        raise NotJSONSerializable(
+            f"{what} contains a lone surrogate (half of a UTF-16 pair, such as '\\ud800'), "
+            "which is not Unicode text and which PostgreSQL's jsonb cannot store."
+        )
     limit = conf.MAX_PAYLOAD_BYTES
     if len(encoded) > limit:
         raise InvalidWorkflowInput(
@@ -48,9 +55,53 @@ def to_json_text(value: Any, what: str) -> str:
     return encoded
 
 
+def _pairs_surrogates(encoded: str) -> bool:
+    """Whether the surrogate escapes of ``encoded`` all come in pairs, which jsonb
+    joins into one character (JSON decoding joins them the same way)."""
+    return _encodable(json.dumps(json.loads(encoded), ensure_ascii=False))
+
+
+def _encodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def check_text(text: str, what: str) -> None:
+    """Raise naming ``what`` when ``text`` holds what PostgreSQL cannot store in a
+    text column: a NUL character, or a lone surrogate (which is not Unicode)."""
+    if "\x00" in text:
+        raise InvalidWorkflowInput(f"{what} contains a NUL character, which PostgreSQL cannot store.")
+    if not text.isascii() and not _encodable(text):
+        raise InvalidWorkflowInput(f"{what} contains a lone surrogate, which is not Unicode text.")
+
+
+#: Characters kept of a stored error message (its start) and of a traceback (its end).
+ERROR_MESSAGE_MAX_LENGTH = 4_000
+TRACEBACK_MAX_LENGTH = 20_000
+
+
+def storable_text(text: str, limit: int, *, keep_end: bool = False) -> str:
+    """``text`` as PostgreSQL can store it: NUL characters and lone surrogates
+    written as escapes, and cut to ``limit`` characters (keeping its start, or
+    with ``keep_end`` its end, where a traceback names the error)."""
+    if "\x00" in text:
+        text = text.replace("\x00", "\\x00")
+    if not text.isascii() and not _encodable(text):
+        text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    if len(text) <= limit:
+        return text
+    kept = max(0, limit - len(f"[... {len(text)} characters cut ...] "))
+    note = f"[... {len(text) - kept} characters cut ...]"
+    return f"{note} {text[-kept:]}" if keep_end else f"{text[:kept]} {note}"
+
+
 def validate_workflow_type(name: Any) -> None:
     if not isinstance(name, str) or not name.strip():
         raise InvalidWorkflowInput(f"A workflow type must be a non-empty string, not {name!r}.")
+    check_text(name, f"Workflow type {name[:40]!r}")
     if len(name) > WORKFLOW_TYPE_MAX_LENGTH:
         raise InvalidWorkflowInput(
             f"Workflow type {name[:40]!r}... is {len(name)} characters; the limit is {WORKFLOW_TYPE_MAX_LENGTH}."
@@ -60,6 +111,7 @@ def validate_workflow_type(name: Any) -> None:
 def validate_queue(queue: Any) -> None:
     if not isinstance(queue, str) or not queue.strip() or "," in queue:
         raise InvalidWorkflowInput(f"A queue name must be a non-empty string without commas, not {queue!r}.")
+    check_text(queue, f"Queue name {queue[:40]!r}")
     if len(queue) > QUEUE_MAX_LENGTH:
         raise InvalidWorkflowInput(f"Queue name {queue[:40]!r}... is longer than {QUEUE_MAX_LENGTH} characters.")
 
@@ -79,6 +131,8 @@ def validate_options(
             f"idempotency_key must be a non-empty string of at most {IDEMPOTENCY_KEY_MAX_LENGTH} characters, "
             f"not {idempotency_key!r}."
         )
+    if idempotency_key is not None:
+        check_text(idempotency_key, f"idempotency_key {idempotency_key[:40]!r}")
     if run_after is not None:
         if not isinstance(run_after, datetime.datetime):
             raise InvalidWorkflowInput(f"run_after must be a datetime, not {type(run_after).__name__}.")
@@ -96,6 +150,7 @@ def validate_options(
 def validate_step_name(name: Any) -> None:
     if not isinstance(name, str) or not name:
         raise InvalidWorkflowInput(f"A step name must be a non-empty string, not {name!r}.")
+    check_text(name, f"Step name {name[:40]!r}")
     if len(name) > STEP_NAME_MAX_LENGTH:
         raise InvalidWorkflowInput(f"Step name {name[:40]!r}... is longer than {STEP_NAME_MAX_LENGTH} characters.")
 
@@ -108,6 +163,7 @@ EVENT_NAME_MAX_LENGTH = 150
 def validate_event_name(name: Any) -> None:
     if not isinstance(name, str) or not name:
         raise InvalidWorkflowInput(f"An event name must be a non-empty string, not {name!r}.")
+    check_text(name, f"Event name {name[:40]!r}")
     if len(name) > EVENT_NAME_MAX_LENGTH:
         raise InvalidWorkflowInput(f"Event name {name[:40]!r}... is longer than {EVENT_NAME_MAX_LENGTH} characters.")
 

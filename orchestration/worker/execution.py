@@ -19,7 +19,15 @@ from django.utils import timezone
 
 from ..claims import FinishedRun
 from ..context import WorkflowContext
-from ..errors import PERMANENT_ERRORS, DeadlineExceeded, LeaseLost, ReleaseRequested, Suspend, WorkflowCancelled
+from ..errors import (
+    PERMANENT_ERRORS,
+    CheckpointRefused,
+    DeadlineExceeded,
+    LeaseLost,
+    ReleaseRequested,
+    Suspend,
+    WorkflowCancelled,
+)
 from ..lease import Lease
 from ..registry import get_workflow
 from ..validation import to_json_text
@@ -124,7 +132,11 @@ def record_failure(run: Lease, ctx: WorkflowContext | None, exc: BaseException, 
     details = "".join(traceback.format_exception(exc))
     retryable = not isinstance(exc, PERMANENT_ERRORS)
     try:
-        delay = run.fail(message, details, retryable=retryable)
+        try:
+            delay = run.fail(message, details, retryable=retryable)
+        except CheckpointRefused as refused:  # the step before it could not be stored: that fails the run
+            message = str(refused)
+            delay = run.fail(message, details, retryable=False)
     except (LeaseLost, WorkflowCancelled) as lost:
         logger.warning("workflow %s (%s) stopped: %s", run.id, run.workflow_type, lost)
         return Outcome.ABANDONED

@@ -85,17 +85,20 @@ TRACEBACK_MAX_LENGTH = 20_000
 
 def storable_text(text: str, limit: int, *, keep_end: bool = False) -> str:
     """``text`` as PostgreSQL can store it: NUL characters and lone surrogates
-    written as escapes, and cut to ``limit`` characters (keeping its start, or
-    with ``keep_end`` its end, where a traceback names the error)."""
+    written as escapes, and cut to ``limit`` characters, keeping its start (and,
+    with ``keep_end``, its end too: a traceback's frames and its last lines)."""
     if "\x00" in text:
         text = text.replace("\x00", "\\x00")
     if not text.isascii() and not _encodable(text):
         text = text.encode("utf-8", "backslashreplace").decode("utf-8")
     if len(text) <= limit:
         return text
-    kept = max(0, limit - len(f"[... {len(text)} characters cut ...] "))
+    kept = max(0, limit - len(f" [... {len(text)} characters cut ...] "))
     note = f"[... {len(text) - kept} characters cut ...]"
-    return f"{note} {text[-kept:]}" if keep_end else f"{text[:kept]} {note}"
+    if keep_end:
+        end = kept // 2
+        return f"{text[: kept - end]} {note} {text[len(text) - end :]}"
+    return f"{text[:kept]} {note}"
 
 
 def validate_workflow_type(name: Any) -> None:

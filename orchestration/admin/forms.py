@@ -11,7 +11,8 @@ from typing import Any
 
 from django import forms
 
-from ..validation import STEP_NAME_MAX_LENGTH
+from ..errors import InvalidWorkflowInput
+from ..validation import EVENT_NAME_MAX_LENGTH, validate_event_name
 
 
 class SkipStepForm(forms.Form):
@@ -30,7 +31,7 @@ class SkipStepForm(forms.Form):
 class SendEventForm(forms.Form):
     name = forms.CharField(
         label="Event name",
-        max_length=STEP_NAME_MAX_LENGTH,
+        max_length=EVENT_NAME_MAX_LENGTH,
         help_text="The name the workflow's ctx.wait_for_event(name) waits for.",
         widget=forms.TextInput(attrs={"size": 40, "class": "vTextField"}),
     )
@@ -42,6 +43,14 @@ class SendEventForm(forms.Form):
         help_text='What ctx.wait_for_event returns, e.g. {"approved": true, "by": "grace@example.com"}. '
         "Leave it empty to send null.",
     )
+
+    def clean_name(self) -> str:
+        name: str = self.cleaned_data["name"]
+        try:
+            validate_event_name(name)
+        except InvalidWorkflowInput as exc:
+            raise forms.ValidationError(str(exc)) from None
+        return name
 
     def clean_payload(self) -> Any:
         text = self.cleaned_data["payload"]

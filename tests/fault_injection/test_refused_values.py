@@ -76,9 +76,7 @@ def test_step_result_postgres_refuses__fails_the_step_at_once_naming_it_and_the_
     assert step.status == StepStatus.FAILED and problem in step.error_message
 
 
-@pytest.mark.parametrize(
-    ("text", "stored"), [("nul", "bad \\x00 byte"), ("surrogate", "half \\udc80 pair")]
-)
+@pytest.mark.parametrize(("text", "stored"), [("nul", "bad \\x00 byte"), ("surrogate", "half \\udc80 pair")])
 def test_step_error_text_postgres_refuses__is_stored_escaped_and_the_run_fails(text, stored):
     run = run_to_the_end("fi_raises", text)
     assert run.status == WorkflowStatus.FAILED and stored in run.error_message

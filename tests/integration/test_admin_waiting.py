@@ -167,7 +167,7 @@ def test_send_event__invalid_json_is_refused_and_nothing_is_sent(admin_client):
     [
         ("approval", "NaN", "Not valid JSON: NaN is not valid JSON"),
         ("", "{}", "This field is required."),
-        ("x" * 201, "{}", "Ensure this value has at most 200 characters (it has 201)."),
+        ("x" * 151, "{}", "Ensure this value has at most 150 characters (it has 151)."),
     ],
 )
 def test_send_event__refuses_what_send_event_could_not_store(admin_client, name, payload, error):

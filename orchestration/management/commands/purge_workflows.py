@@ -1,6 +1,8 @@
 from __future__ import annotations
 
+import argparse
 import datetime
+import math
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
@@ -10,11 +12,14 @@ from orchestration import retention
 from orchestration.models import FINISHED_STATUSES
 
 
-def _non_negative_float(value: str) -> float:
-    number = float(value)
-    if not number >= 0:
-        raise ValueError(value)
-    return number
+def _age_in_days(value: str) -> float:
+    try:
+        days = float(value)
+    except ValueError:
+        days = math.nan
+    if not (math.isfinite(days) and days >= 0):
+        raise argparse.ArgumentTypeError(f"must be a number of days, 0 or more, not {value!r}")
+    return days
 
 
 class Command(BaseCommand):
@@ -25,7 +30,7 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
-            "--older-than", type=_non_negative_float, required=True, metavar="DAYS", help="age in days (e.g. 30)"
+            "--older-than", type=_age_in_days, required=True, metavar="DAYS", help="age in days (e.g. 30)"
         )
         parser.add_argument(
             "--status",
@@ -40,7 +45,10 @@ class Command(BaseCommand):
         statuses = [s.strip() for value in options["status"] or [] for s in value.split(",") if s.strip()]
         if options["batch_size"] < 1:
             raise CommandError("--batch-size must be 1 or more")
-        cutoff = timezone.now() - datetime.timedelta(days=options["older_than"])
+        try:
+            cutoff = timezone.now() - datetime.timedelta(days=options["older_than"])
+        except OverflowError:
+            raise CommandError(f"--older-than {options['older_than']:g} days reaches back before the year 1") from None
         try:
             result = retention.purge_workflows(
                 cutoff,

@@ -26,7 +26,7 @@ from . import sql
 from .conf import conf
 from .errors import InvalidTransition
 from .models import StepStatus, Workflow, WorkflowStatus, WorkflowStep
-from .validation import to_json_value
+from .validation import check_text, to_json_value
 
 WorkflowRef = Workflow | uuid.UUID | str
 
@@ -210,6 +210,7 @@ def cancel_workflow(workflow: WorkflowRef, reason: str = "Cancelled.") -> Workfl
     heartbeat) and writes nothing more; the step it was running is marked
     failed now, since its result will never be recorded.
     """
+    check_text(reason, "The reason to cancel")
     workflow_id = workflow_id_of(workflow)
     alias = conf.DATABASE
     with transaction.atomic(using=alias):

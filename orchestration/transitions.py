@@ -22,10 +22,10 @@ from django.db import transaction
 from django.db.models import F, Q, QuerySet
 from django.db.models.functions import Least, Now
 
-from . import sql
+from . import sql, waits
 from .conf import conf
 from .errors import InvalidTransition
-from .models import StepStatus, Workflow, WorkflowStatus, WorkflowStep
+from .models import FINISHED_STATUSES, StepStatus, Workflow, WorkflowStatus, WorkflowStep
 from .validation import to_json_value
 
 WorkflowRef = Workflow | uuid.UUID | str
@@ -98,11 +98,25 @@ REPAIRABLE = MOVES["retry"].sources
 
 def _move(rows: QuerySet[Workflow], name: str, **changes: Any) -> int:
     """Make move ``name`` on ``rows`` that are in one of its source statuses;
-    return how many moved."""
+    return how many moved.
+
+    A run with a parent that ends here (failed, cancelled: every move into
+    them is one of these) wakes its parent in the same transaction, so a
+    parent waiting for it never waits on a child that can no longer finish.
+    """
     move = MOVES[name]
-    return rows.filter(status__in=move.sources).update(
-        status=move.target, updated_at=Now(), **{**ENTERING.get(move.target, {}), **changes}
-    )
+    moving = rows.filter(status__in=move.sources)
+    values = {"status": move.target, "updated_at": Now(), **ENTERING.get(move.target, {}), **changes}
+    if move.target not in FINISHED_STATUSES:
+        return moving.update(**values)
+    with transaction.atomic(using=rows.db, savepoint=False):
+        # Locked: the rows read here are the rows the UPDATE moves.
+        children = moving.filter(parent__isnull=False).select_for_update(no_key=True)
+        parents = list(children.values_list("parent_id", flat=True))
+        moved = moving.update(**values)
+        if parents:
+            waits.wake_parents(parents)
+    return moved
 
 
 # -- the worker's moves (``rows``: the run's row, fenced by its lease) -------------

@@ -127,7 +127,10 @@ def square(ctx: Any, data: dict[str, int]) -> Any:
 
 @workflow("fan_out", max_retries=0)
 def fan_out(ctx: Any, data: dict[str, Any]) -> Any:
-    children = [ctx.start_child(data.get("child", "square"), {"n": n}) for n in range(data["children"])]
+    """Start ``children`` children of type ``child`` (input ``{"n": n, **child_input}``,
+    options ``child_options``), then wait for them all."""
+    child, extra, options = data.get("child", "square"), data.get("child_input", {}), data.get("child_options", {})
+    children = [ctx.start_child(child, {"n": n, **extra}, **options) for n in range(data["children"])]
     return ctx.wait_for(children)
 
 

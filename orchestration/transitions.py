@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db import transaction
-from django.db.models import F, Q, QuerySet
-from django.db.models.functions import Least, Now
+from django.db.models import DurationField, F, Q, QuerySet
+from django.db.models.functions import Coalesce, Least, Now
 
 from . import sql, waits
 from .conf import conf
@@ -81,7 +81,9 @@ ENTERING: dict[WorkflowStatus, dict[str, Any]] = {
     CANCELLED: {"lease_token": None, "finished_at": Now(), "run_after": None},
 }
 
-#: What an operator's retry resets: the run starts its attempts afresh.
+#: What an operator's repair resets: the run starts its attempts afresh, and
+#: its time limit counts again from now (a row from before the ``timeout``
+#: column had its deadline set once, at its start: that is its limit).
 FRESH_RUN: dict[str, Any] = {
     "attempts": 0,
     "error_message": None,
@@ -90,6 +92,7 @@ FRESH_RUN: dict[str, Any] = {
     "finished_at": None,
     "worker_deaths": 0,
     "lost_at_step": None,
+    "deadline": Now() + Coalesce(F("timeout"), F("deadline") - F("created_at"), output_field=DurationField()),
 }
 
 #: States an operator can repair a workflow from (retry, retry from a step, skip a step).
@@ -204,7 +207,8 @@ def operator_move(
 
 
 def retry_workflow(workflow: WorkflowRef) -> Workflow:
-    """Send a failed or cancelled workflow back to pending with fresh attempts.
+    """Send a failed or cancelled workflow back to pending with fresh attempts
+    and, if it has a time limit, a fresh deadline (as every repair gives it).
 
     Completed steps keep their checkpoints, so it resumes after the last one.
     """

@@ -183,7 +183,8 @@ class WorkflowContext:
         run = self._run
 
         def start_child() -> dict[str, str]:
-            child = start_workflow(workflow_type, input_data, idempotency_key=f"child:{run.id}:{number}", **options)
+            key = waits.child_key(run.id, number)
+            child = start_workflow(workflow_type, input_data, idempotency_key=key, **options)
             Workflow.objects.using(conf.DATABASE).filter(pk=child.pk).update(parent_id=run.id)
             return {"workflow_id": str(child.pk)}
 

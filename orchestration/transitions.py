@@ -25,7 +25,7 @@ from django.db.models.functions import Coalesce, Least, Now
 from . import sql, waits
 from .conf import conf
 from .errors import InvalidTransition
-from .models import FINISHED_STATUSES, StepStatus, Workflow, WorkflowStatus, WorkflowStep
+from .models import FINISHED_STATUSES, StepStatus, Workflow, WorkflowEvent, WorkflowStatus, WorkflowStep
 from .validation import to_json_value
 
 WorkflowRef = Workflow | uuid.UUID | str
@@ -201,9 +201,35 @@ def operator_move(
             WorkflowStep.objects.using(alias).filter(
                 workflow_id=workflow_id, step_number__gt=discard_steps_after
             ).delete()
+            _run_again_from(workflow_id, discard_steps_after + 1, verb)
         if notify:
             sql.notify_new_work(alias, current.queue)
     return current
+
+
+def _run_again_from(workflow_id: uuid.UUID, first_step: int, verb: str) -> None:
+    """Steps from ``first_step`` on, their checkpoints discarded, run again as on
+    a first run: the children they started are started afresh (the old ones keep
+    their rows, without the idempotency key ``ctx.start_child`` would find them
+    by), and the events they consumed are delivered again. Refused while such a
+    child is still pending or running: it would run beside its replacement."""
+    alias = conf.DATABASE
+    prefix = waits.child_key(workflow_id)
+    children = Workflow.objects.using(alias).filter(parent_id=workflow_id, idempotency_key__startswith=prefix)
+    started_again = []
+    for pk, key, status, workflow_type in children.values_list("pk", "idempotency_key", "status", "workflow_type"):
+        step = str(key).removeprefix(prefix)
+        if not step.isdigit() or int(step) < first_step:
+            continue
+        if status not in FINISHED_STATUSES:
+            raise InvalidTransition(
+                f"Cannot {verb} workflow {workflow_id}: its child workflow {pk} ({workflow_type}), started by "
+                f"step {step}, is still {status}; cancel it or let it finish first."
+            )
+        started_again.append(pk)
+    Workflow.objects.using(alias).filter(pk__in=started_again).update(idempotency_key=None)
+    events = WorkflowEvent.objects.using(alias).filter(workflow_id=workflow_id, consumed_by_step__gte=first_step)
+    events.update(consumed_by_step=None)
 
 
 def retry_workflow(workflow: WorkflowRef) -> Workflow:
@@ -216,7 +242,12 @@ def retry_workflow(workflow: WorkflowRef) -> Workflow:
 
 
 def restart_workflow(workflow: WorkflowRef) -> Workflow:
-    """Run a finished workflow again from its first step, discarding every checkpoint."""
+    """Run a finished workflow again from its first step, discarding every checkpoint.
+
+    It runs as a new run would: its children are started afresh and the events
+    it consumed are delivered again. Refused while a child it started is still
+    pending or running.
+    """
     changes = {"current_step": 0, "output_data": None, **FRESH_RUN}
     return operator_move(workflow, "restart", "restart", changes=changes, discard_steps_after=0)
 
@@ -243,7 +274,9 @@ def retry_from_step(workflow: WorkflowRef, step_number: int) -> Workflow:
     """Send a failed or cancelled workflow back to pending from step ``step_number``.
 
     The checkpoints of that step and of every later one are discarded, so they
-    run again; earlier steps keep theirs and replay from them. Attempts start afresh.
+    run again (children they started are started afresh, events they consumed
+    are delivered again, as for ``restart_workflow``); earlier steps keep theirs
+    and replay from them. Attempts start afresh.
     """
     _check_step_number(step_number, "retry from")
     changes = {"current_step": Least(F("current_step"), step_number - 1), "output_data": None, **FRESH_RUN}

@@ -110,6 +110,13 @@ def awaited_event(status: str, waiting_for: str | None) -> str | None:
     return wait.detail if wait is not None and wait.kind == WaitKind.EVENT else None
 
 
+def child_key(parent_id: uuid.UUID, step: int | str = "") -> str:
+    """The idempotency key of the child ``ctx.start_child`` starts at ``step`` of
+    ``parent_id``, so that a replay finds it instead of starting another; without
+    ``step``, the prefix every such key of that parent starts with."""
+    return f"child:{parent_id}:{step}"
+
+
 # -- what the engine reads and wakes -------------------------------------------------
 
 

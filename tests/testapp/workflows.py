@@ -162,3 +162,18 @@ def atomic_fails(ctx: Any, data: Any) -> Any:
 @workflow("scheduled_tick", schedule="* * * * * */2")
 def scheduled_tick(ctx: Any, data: Any) -> Any:
     return ctx.step("tick", lambda: data)
+
+
+def fail_the_first_time(ctx: Any, decision: Any) -> dict[str, Any]:
+    first = not StepRun.objects.filter(workflow_id=ctx.workflow_id, label="act").exists()
+    record(ctx, 2, "act")
+    if first:
+        raise PermanentError("not yet")
+    return {"acted_on": decision}
+
+
+@workflow("acts_on_approval", max_retries=0)
+def acts_on_approval(ctx: Any, data: Any) -> Any:
+    """Waits for an approval, then acts on it; the act fails the first time it runs."""
+    decision = ctx.wait_for_event("approval")
+    return ctx.step("act", fail_the_first_time, ctx, decision)

@@ -227,7 +227,10 @@ def _run_again_from(workflow_id: uuid.UUID, first_step: int, verb: str) -> None:
                 f"step {step}, is still {status}; cancel it or let it finish first."
             )
         started_again.append(pk)
-    Workflow.objects.using(alias).filter(pk__in=started_again).update(idempotency_key=None)
+    # Conditional: a child an operator sent back to pending meanwhile keeps its key; the move is refused.
+    released = children.filter(pk__in=started_again, status__in=FINISHED_STATUSES).update(idempotency_key=None)
+    if released != len(started_again):
+        raise InvalidTransition(f"Cannot {verb} workflow {workflow_id}: a child of it changed meanwhile; try again.")
     events = WorkflowEvent.objects.using(alias).filter(workflow_id=workflow_id, consumed_by_step__gte=first_step)
     events.update(consumed_by_step=None)
 

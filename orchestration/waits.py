@@ -3,7 +3,7 @@
 A waiting workflow is ``pending`` with ``run_after`` at its wake-up time and
 ``waiting_for`` saying what it waits for, as ``"<kind>: <detail>"``. The engine
 writes that text (``Wait.text``), ``send_event`` and a finishing child find the
-workflows to wake by it (``waiting_for_event``, ``waiting_kind``), and the admin,
+workflows to wake by it (``waiting_for_event``, ``Wait.parse``), and the admin,
 the reports and the demo read it back (``Wait.parse``, ``pending_reason``).
 """
 

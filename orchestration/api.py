@@ -177,6 +177,7 @@ def _new_workflow_options(
     return dict(
         workflow_type=workflow_type,
         deadline=timezone.now() + limit if limit is not None else None,
+        timeout=limit,
         run_after=run_after,
         queue=queue,
         priority=priority,

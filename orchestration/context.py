@@ -183,7 +183,8 @@ class WorkflowContext:
         run = self._run
 
         def start_child() -> dict[str, str]:
-            child = start_workflow(workflow_type, input_data, idempotency_key=f"child:{run.id}:{number}", **options)
+            key = waits.child_key(run.id, number)
+            child = start_workflow(workflow_type, input_data, idempotency_key=key, **options)
             Workflow.objects.using(conf.DATABASE).filter(pk=child.pk).update(parent_id=run.id)
             return {"workflow_id": str(child.pk)}
 
@@ -201,21 +202,24 @@ class WorkflowContext:
             return list(recorded.output)
         self._wait_started(number, name, recorded, None, None, extra={"children": [str(i) for i in ids]})
         outcomes = self._run.outcomes_of(ids)
-        for child_id in ids:
-            child = outcomes.get(child_id)
-            if child is not None and child["status"] in (WorkflowStatus.FAILED, WorkflowStatus.CANCELLED):
-                error = ChildWorkflowFailed(
-                    f"Child workflow {child_id} ({child['workflow_type']}) {child['status']}: {child['error_message']}"
-                )
-                self._record_step_failure(number, name, error, None)
-                raise error
+        for handle in handles:
+            child = outcomes.get(handle.workflow_id)
+            if child is None:
+                why = "no longer exists: its row was deleted while this workflow waited for it"
+            elif child["status"] in waits.UNSUCCESSFUL:
+                why = f"{child['status']}: {child['error_message']}"
+            else:
+                continue
+            error = ChildWorkflowFailed(f"Child workflow {handle.workflow_id} ({handle.workflow_type}) {why}")
+            self._record_step_failure(number, name, error, None)
+            raise error
         finished = sum(1 for child in outcomes.values() if child["status"] == WorkflowStatus.COMPLETED)
         if finished == len(ids):
             outputs = [outcomes[child_id]["output_data"] for child_id in ids]
             self._run.complete_step(number, outputs)
             self._completed(number, name, outputs, None)
             return outputs
-        raise Suspend(None, Wait.children(finished, len(ids)), ready=lambda: waits.all_finished(ids))
+        raise Suspend(None, Wait.children(finished, len(ids)), ready=lambda: waits.children_settled(ids))
 
     # -- helpers ------------------------------------------------------------
 

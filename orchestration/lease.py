@@ -192,14 +192,17 @@ class Lease:
     @_through_outages
     def complete(self, output: Any) -> None:
         """Mark the run completed with its result (and its last step's deferred
-        checkpoint); the completion statement the worker batches, for one run."""
+        checkpoint); the completion statement the worker batches, for one run.
+        A child wakes its waiting parent in the same transaction."""
         params = {**completion_params([(self, json.dumps(output))]), "worker": None, "queues": None}
-        with self._transaction_if(self.placeholder is not None):
+        with self._transaction_if(self.placeholder is not None or self.parent_id is not None):
             (rows,) = sql.run_together(conf.DATABASE, [(sql.complete_and_claim(0), params)])
             if not rows[0][-1]:
                 self._lost()
             self.checkpoint = None
             self._drop_placeholder()
+            if self.parent_id is not None:
+                waits.wake_parents([self.parent_id])
 
     @_through_outages
     def fail(self, message: str, traceback: str | None, *, retryable: bool) -> float | None:
@@ -232,12 +235,6 @@ class Lease:
         with transaction.atomic(using=conf.DATABASE):
             self._fence(lambda rows: transitions.cancel_past_deadline(rows, message))
             _steps().filter(workflow_id=self.id, status=StepStatus.RUNNING).fail(message)
-
-    @_through_outages
-    def wake_parent(self) -> None:
-        """This run finished: let its parent, if it waits for children, re-check now."""
-        if self.parent_id is not None:
-            waits.wake_parent(self.parent_id)
 
     # -- waits --------------------------------------------------------------------
 

@@ -73,6 +73,10 @@ class Workflow(models.Model):
     waiting_for = models.CharField(max_length=200, null=True, blank=True)
     # Past this moment the workflow is cancelled at its next step boundary.
     deadline = models.DateTimeField(null=True, blank=True)
+    # The run's time limit (``timeout=``): the deadline is counted again from
+    # each operator's repair (retry, restart ...), or a repaired run would be
+    # cancelled at once. NULL: no limit, or a row from before this column.
+    timeout = models.DurationField(null=True, blank=True)
     # Indexed by idx_workflows_parent, on children only.
     parent = models.ForeignKey(
         "self",

@@ -1,7 +1,9 @@
 """Retention: delete finished workflows, and their steps, once they are old enough.
 
 Only completed, failed and cancelled workflows are ever deleted, and only those
-that finished before the cutoff. Each batch is its own short transaction: it
+that finished before the cutoff; a finished child whose parent has not finished
+is kept (its parent may wait for it). A workflow's events go with it, so the
+events of a workflow that is not finished are never deleted. Each batch is its own short transaction: it
 locks its rows with SKIP LOCKED, so a workflow an operator is retrying at that
 moment is left alone, and it deletes the workflows with everything that hangs
 off them (steps, and whatever else points at a workflow) in one go, so no batch
@@ -15,7 +17,7 @@ import datetime
 from collections.abc import Callable, Iterable
 
 from django.db import transaction
-from django.db.models import QuerySet
+from django.db.models import Exists, OuterRef, QuerySet
 from django.db.models.functions import Coalesce
 
 from .conf import conf
@@ -42,12 +44,16 @@ def _validate_statuses(statuses: Iterable[str] | None) -> list[str]:
 
 
 def purgeable(cutoff: datetime.datetime, statuses: Iterable[str] | None = None) -> QuerySet[Workflow]:
-    """Finished workflows, of ``statuses`` (default: all finished ones), that finished before ``cutoff``."""
+    """Finished workflows, of ``statuses`` (default: all finished ones), that
+    finished before ``cutoff``, but for children whose parent has not finished:
+    the parent may still wait for them, or read them again."""
     chosen = _validate_statuses(statuses)
+    workflows = Workflow.objects.using(conf.DATABASE)
+    unfinished_parent = workflows.filter(pk=OuterRef("parent_id")).exclude(status__in=FINISHED_STATUSES)
     return (
-        Workflow.objects.using(conf.DATABASE)
-        .alias(finished=Coalesce("finished_at", "updated_at"))
+        workflows.alias(finished=Coalesce("finished_at", "updated_at"))
         .filter(status__in=chosen, created_at__lt=cutoff, finished__lt=cutoff)
+        .exclude(Exists(unfinished_parent))
     )
 
 
@@ -63,7 +69,8 @@ def purge_workflows(
 
     Works in batches of ``batch_size`` workflows, calling ``on_batch`` after
     each; ``dry_run`` only counts. Pending and running workflows are never
-    touched, whatever ``statuses`` says (asking for them raises ``ValueError``).
+    touched, whatever ``statuses`` says (asking for them raises ``ValueError``),
+    nor a finished child whose parent has not finished (see ``purgeable``).
     """
     if batch_size < 1:
         raise ValueError("batch_size must be at least 1")

@@ -19,13 +19,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db import transaction
-from django.db.models import F, Q, QuerySet
-from django.db.models.functions import Least, Now
+from django.db.models import DurationField, F, Q, QuerySet
+from django.db.models.functions import Coalesce, Least, Now
 
-from . import sql
+from . import sql, waits
 from .conf import conf
 from .errors import InvalidTransition
-from .models import StepStatus, Workflow, WorkflowStatus, WorkflowStep
+from .models import FINISHED_STATUSES, StepStatus, Workflow, WorkflowEvent, WorkflowStatus, WorkflowStep
 from .validation import check_text, to_json_value
 
 WorkflowRef = Workflow | uuid.UUID | str
@@ -81,7 +81,9 @@ ENTERING: dict[WorkflowStatus, dict[str, Any]] = {
     CANCELLED: {"lease_token": None, "finished_at": Now(), "run_after": None},
 }
 
-#: What an operator's retry resets: the run starts its attempts afresh.
+#: What an operator's repair resets: the run starts its attempts afresh, and
+#: its time limit counts again from now (a row from before the ``timeout``
+#: column had its deadline set once, at its start: that is its limit).
 FRESH_RUN: dict[str, Any] = {
     "attempts": 0,
     "error_message": None,
@@ -90,6 +92,7 @@ FRESH_RUN: dict[str, Any] = {
     "finished_at": None,
     "worker_deaths": 0,
     "lost_at_step": None,
+    "deadline": Now() + Coalesce(F("timeout"), F("deadline") - F("created_at"), output_field=DurationField()),
 }
 
 #: States an operator can repair a workflow from (retry, retry from a step, skip a step).
@@ -98,11 +101,25 @@ REPAIRABLE = MOVES["retry"].sources
 
 def _move(rows: QuerySet[Workflow], name: str, **changes: Any) -> int:
     """Make move ``name`` on ``rows`` that are in one of its source statuses;
-    return how many moved."""
+    return how many moved.
+
+    A run with a parent that ends here (failed, cancelled: every move into
+    them is one of these) wakes its parent in the same transaction, so a
+    parent waiting for it never waits on a child that can no longer finish.
+    """
     move = MOVES[name]
-    return rows.filter(status__in=move.sources).update(
-        status=move.target, updated_at=Now(), **{**ENTERING.get(move.target, {}), **changes}
-    )
+    moving = rows.filter(status__in=move.sources)
+    values = {"status": move.target, "updated_at": Now(), **ENTERING.get(move.target, {}), **changes}
+    if move.target not in FINISHED_STATUSES:
+        return moving.update(**values)
+    with transaction.atomic(using=rows.db, savepoint=False):
+        # Locked: the rows read here are the rows the UPDATE moves.
+        children = moving.filter(parent__isnull=False).select_for_update(no_key=True)
+        parents = list(children.values_list("parent_id", flat=True))
+        moved = moving.update(**values)
+        if parents:
+            waits.wake_parents(parents)
+    return moved
 
 
 # -- the worker's moves (``rows``: the run's row, fenced by its lease) -------------
@@ -184,13 +201,43 @@ def operator_move(
             WorkflowStep.objects.using(alias).filter(
                 workflow_id=workflow_id, step_number__gt=discard_steps_after
             ).delete()
+            _run_again_from(workflow_id, discard_steps_after + 1, verb)
         if notify:
             sql.notify_new_work(alias, current.queue)
     return current
 
 
+def _run_again_from(workflow_id: uuid.UUID, first_step: int, verb: str) -> None:
+    """Steps from ``first_step`` on, their checkpoints discarded, run again as on
+    a first run: the children they started are started afresh (the old ones keep
+    their rows, without the idempotency key ``ctx.start_child`` would find them
+    by), and the events they consumed are delivered again. Refused while such a
+    child is still pending or running: it would run beside its replacement."""
+    alias = conf.DATABASE
+    prefix = waits.child_key(workflow_id)
+    children = Workflow.objects.using(alias).filter(parent_id=workflow_id, idempotency_key__startswith=prefix)
+    started_again = []
+    for pk, key, status, workflow_type in children.values_list("pk", "idempotency_key", "status", "workflow_type"):
+        step = str(key).removeprefix(prefix)
+        if not step.isdigit() or int(step) < first_step:
+            continue
+        if status not in FINISHED_STATUSES:
+            raise InvalidTransition(
+                f"Cannot {verb} workflow {workflow_id}: its child workflow {pk} ({workflow_type}), started by "
+                f"step {step}, is still {status}; cancel it or let it finish first."
+            )
+        started_again.append(pk)
+    # Conditional: a child an operator sent back to pending meanwhile keeps its key; the move is refused.
+    released = children.filter(pk__in=started_again, status__in=FINISHED_STATUSES).update(idempotency_key=None)
+    if released != len(started_again):
+        raise InvalidTransition(f"Cannot {verb} workflow {workflow_id}: a child of it changed meanwhile; try again.")
+    events = WorkflowEvent.objects.using(alias).filter(workflow_id=workflow_id, consumed_by_step__gte=first_step)
+    events.update(consumed_by_step=None)
+
+
 def retry_workflow(workflow: WorkflowRef) -> Workflow:
-    """Send a failed or cancelled workflow back to pending with fresh attempts.
+    """Send a failed or cancelled workflow back to pending with fresh attempts
+    and, if it has a time limit, a fresh deadline (as every repair gives it).
 
     Completed steps keep their checkpoints, so it resumes after the last one.
     """
@@ -198,7 +245,12 @@ def retry_workflow(workflow: WorkflowRef) -> Workflow:
 
 
 def restart_workflow(workflow: WorkflowRef) -> Workflow:
-    """Run a finished workflow again from its first step, discarding every checkpoint."""
+    """Run a finished workflow again from its first step, discarding every checkpoint.
+
+    It runs as a new run would: its children are started afresh and the events
+    it consumed are delivered again. Refused while a child it started is still
+    pending or running.
+    """
     changes = {"current_step": 0, "output_data": None, **FRESH_RUN}
     return operator_move(workflow, "restart", "restart", changes=changes, discard_steps_after=0)
 
@@ -226,7 +278,9 @@ def retry_from_step(workflow: WorkflowRef, step_number: int) -> Workflow:
     """Send a failed or cancelled workflow back to pending from step ``step_number``.
 
     The checkpoints of that step and of every later one are discarded, so they
-    run again; earlier steps keep theirs and replay from them. Attempts start afresh.
+    run again (children they started are started afresh, events they consumed
+    are delivered again, as for ``restart_workflow``); earlier steps keep theirs
+    and replay from them. Attempts start afresh.
     """
     _check_step_number(step_number, "retry from")
     changes = {"current_step": Least(F("current_step"), step_number - 1), "output_data": None, **FRESH_RUN}

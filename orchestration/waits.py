@@ -3,7 +3,7 @@
 A waiting workflow is ``pending`` with ``run_after`` at its wake-up time and
 ``waiting_for`` saying what it waits for, as ``"<kind>: <detail>"``. The engine
 writes that text (``Wait.text``), ``send_event`` and a finishing child find the
-workflows to wake by it (``waiting_for_event``, ``waiting_kind``), and the admin,
+workflows to wake by it (``waiting_for_event``, ``Wait.parse``), and the admin,
 the reports and the demo read it back (``Wait.parse``, ``pending_reason``).
 """
 
@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime
 import enum
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,6 +26,9 @@ from .models import FINISHED_STATUSES, Workflow, WorkflowEvent, WorkflowStatus
 #: ``run_after`` of a workflow that waits with no time limit: only ``send_event``
 #: or a finishing child wakes it (Python's datetime cannot hold 'infinity').
 WAIT_FOREVER = datetime.datetime(9999, 1, 1, tzinfo=datetime.UTC)
+
+#: The finished statuses of a run that will never complete.
+UNSUCCESSFUL = (WorkflowStatus.FAILED, WorkflowStatus.CANCELLED)
 
 #: ``waiting_for``'s column width.
 MAX_TEXT = 200
@@ -106,6 +110,13 @@ def awaited_event(status: str, waiting_for: str | None) -> str | None:
     return wait.detail if wait is not None and wait.kind == WaitKind.EVENT else None
 
 
+def child_key(parent_id: uuid.UUID, step: int | str = "") -> str:
+    """The idempotency key of the child ``ctx.start_child`` starts at ``step`` of
+    ``parent_id``, so that a replay finds it instead of starting another; without
+    ``step``, the prefix every such key of that parent starts with."""
+    return f"child:{parent_id}:{step}"
+
+
 # -- what the engine reads and wakes -------------------------------------------------
 
 
@@ -119,8 +130,14 @@ def workflow_outcomes(ids: list[uuid.UUID]) -> dict[uuid.UUID, dict[str, Any]]:
     return {row["id"]: row for row in rows}
 
 
-def all_finished(ids: list[uuid.UUID]) -> bool:
-    return not _workflows().filter(pk__in=ids).exclude(status__in=FINISHED_STATUSES).exists()
+def children_settled(ids: list[uuid.UUID]) -> bool:
+    """Whether a parent waiting for the children ``ids`` has something to act on:
+    every child finished, or one never will complete (failed, cancelled, or its
+    row is gone)."""
+    statuses = list(_workflows().filter(pk__in=ids).values_list("status", flat=True))
+    if len(statuses) < len(set(ids)):
+        return True
+    return all(status in FINISHED_STATUSES for status in statuses) or any(status in UNSUCCESSFUL for status in statuses)
 
 
 def wake_event_waiter(workflow_id: uuid.UUID, name: str, queue: str) -> None:
@@ -130,12 +147,32 @@ def wake_event_waiter(workflow_id: uuid.UUID, name: str, queue: str) -> None:
         sql.notify_new_work(conf.DATABASE, queue)
 
 
-def wake_parent(parent_id: uuid.UUID) -> None:
-    """A child finished: its parent, if it waits for children, becomes due now to re-check."""
-    waiting = _workflows().filter(pk=parent_id, status=WorkflowStatus.PENDING).filter(waiting_kind(WaitKind.CHILDREN))
-    if waiting.update(run_after=None):
-        queue_name = _workflows().filter(pk=parent_id).values_list("queue", flat=True).first()
-        sql.notify_new_work(conf.DATABASE, queue_name or "default")
+def wake_parents(parent_ids: Iterable[uuid.UUID]) -> None:
+    """Children of these workflows finished: each parent that waits for children
+    becomes due now, to re-check them.
+
+    Called in the transaction that finishes the children, after their rows
+    changed. Each parent is locked first, waiting or not: a parent suspending
+    at this moment (``Lease.suspend``, whose ``ready()`` re-reads its children)
+    either suspends before this (and is woken here) or after this transaction
+    commits (and its ``ready()`` sees the children finished). A wake-up is
+    never lost between the two.
+    """
+    parents = (
+        _workflows()
+        .select_for_update(no_key=True)
+        .filter(pk__in=set(parent_ids))
+        .order_by("pk")  # one lock order for every waker
+        .values_list("pk", "status", "waiting_for", "queue")
+    )
+    waiting = {
+        pk: queue
+        for pk, status, waiting_for, queue in parents
+        if status == WorkflowStatus.PENDING and getattr(Wait.parse(waiting_for), "kind", None) == WaitKind.CHILDREN
+    }
+    if waiting and _workflows().filter(pk__in=waiting).update(run_after=None):
+        for queue in sorted(set(waiting.values())):
+            sql.notify_new_work(conf.DATABASE, queue)
 
 
 def _workflows() -> Any:

@@ -14,7 +14,6 @@ import time
 import traceback
 from collections.abc import Callable
 
-from django.db import DatabaseError
 from django.utils import timezone
 
 from ..claims import FinishedRun
@@ -82,15 +81,9 @@ def execute(
         until, wait, ready = suspended.until, suspended.wait, suspended.ready
         return _settle(run, lambda: run.suspend(until, wait, ready), Outcome.WAITING, f"waiting for {wait.text}")
     except DeadlineExceeded:
-        outcome = _settle(run, run.cancel_past_deadline, Outcome.CANCELLED, "cancelled: deadline")
-        _wake_parent(run)
-        return outcome
+        return _settle(run, run.cancel_past_deadline, Outcome.CANCELLED, "cancelled: deadline")
     except (Exception, SystemExit) as exc:
-        outcome = record_failure(run, ctx, exc, time.monotonic() - started)
-        if outcome == Outcome.FAILED:
-            _wake_parent(run)
-        return outcome
-    _wake_parent(run)
+        return record_failure(run, ctx, exc, time.monotonic() - started)
     log_completed(run, started)
     return Outcome.COMPLETED
 
@@ -113,14 +106,6 @@ def _settle(run: Lease, write: Callable[[], object], outcome: Outcome, descripti
         return Outcome.ABANDONED
     logger.info("workflow %s (%s) %s", run.id, run.workflow_type, description)
     return outcome
-
-
-def _wake_parent(run: Lease) -> None:
-    if run.parent_id is not None:
-        try:
-            run.wake_parent()
-        except (LeaseLost, DatabaseError):
-            logger.warning("workflow %s: could not wake parent %s; it re-checks on its own", run.id, run.parent_id)
 
 
 def record_failure(run: Lease, ctx: WorkflowContext | None, exc: BaseException, elapsed: float) -> Outcome:

@@ -127,7 +127,10 @@ def square(ctx: Any, data: dict[str, int]) -> Any:
 
 @workflow("fan_out", max_retries=0)
 def fan_out(ctx: Any, data: dict[str, Any]) -> Any:
-    children = [ctx.start_child(data.get("child", "square"), {"n": n}) for n in range(data["children"])]
+    """Start ``children`` children of type ``child`` (input ``{"n": n, **child_input}``,
+    options ``child_options``), then wait for them all."""
+    child, extra, options = data.get("child", "square"), data.get("child_input", {}), data.get("child_options", {})
+    children = [ctx.start_child(child, {"n": n, **extra}, **options) for n in range(data["children"])]
     return ctx.wait_for(children)
 
 
@@ -159,3 +162,18 @@ def atomic_fails(ctx: Any, data: Any) -> Any:
 @workflow("scheduled_tick", schedule="* * * * * */2")
 def scheduled_tick(ctx: Any, data: Any) -> Any:
     return ctx.step("tick", lambda: data)
+
+
+def fail_the_first_time(ctx: Any, decision: Any) -> dict[str, Any]:
+    first = not StepRun.objects.filter(workflow_id=ctx.workflow_id, label="act").exists()
+    record(ctx, 2, "act")
+    if first:
+        raise PermanentError("not yet")
+    return {"acted_on": decision}
+
+
+@workflow("acts_on_approval", max_retries=0)
+def acts_on_approval(ctx: Any, data: Any) -> Any:
+    """Waits for an approval, then acts on it; the act fails the first time it runs."""
+    decision = ctx.wait_for_event("approval")
+    return ctx.step("act", fail_the_first_time, ctx, decision)

@@ -25,7 +25,8 @@ def _age_in_days(value: str) -> float:
 class Command(BaseCommand):
     help = (
         "Delete finished workflows (completed, failed, cancelled) and their steps once they finished "
-        "more than --older-than days ago. Pending and running workflows are never touched."
+        "more than --older-than days ago. Pending and running workflows are never touched, nor a finished "
+        "child whose parent has not finished."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:

@@ -1,0 +1,18 @@
+from django.db import migrations, models
+
+
+class Migration(migrations.Migration):
+    """The run's time limit, so that an operator's repair counts its deadline
+    again from the repair. Nullable, with no default: adding it rewrites no row."""
+
+    dependencies = [
+        ("orchestration", "0005_workflows_parent_index_children_only"),
+    ]
+
+    operations = [
+        migrations.AddField(
+            model_name="workflow",
+            name="timeout",
+            field=models.DurationField(blank=True, null=True),
+        ),
+    ]

@@ -18,13 +18,13 @@ from .api import start_workflow
 from .conf import conf
 from .errors import (
     ChildWorkflowFailed,
+    ControlFlow,
     DeadlineExceeded,
     EventTimeout,
     LeaseLost,
     NonDeterministicWorkflow,
     ReleaseRequested,
     Suspend,
-    WorkflowCancelled,
 )
 from .lease import Lease, RecordedStep
 from .models import StepStatus, Workflow, WorkflowStatus
@@ -123,7 +123,7 @@ class WorkflowContext:
                 # The fence comes last, so the workflow row is locked only for
                 # the commit: a lost lease rolls the step's own writes back too.
                 run.complete_step(number, output)
-        except (LeaseLost, WorkflowCancelled, ReleaseRequested, Suspend, DeadlineExceeded):
+        except ControlFlow:
             raise
         except Exception as exc:
             self._record_step_failure(number, name, exc, started)

@@ -19,7 +19,7 @@ from django.utils import timezone
 
 from ..claims import FinishedRun
 from ..context import WorkflowContext
-from ..errors import PERMANENT_ERRORS, DeadlineExceeded, LeaseLost, ReleaseRequested, Suspend, WorkflowCancelled
+from ..errors import PERMANENT_ERRORS, DeadlineExceeded, LeaseLost, ReleaseRequested, Suspend
 from ..lease import Lease
 from ..registry import get_workflow
 from ..validation import to_json_text
@@ -65,7 +65,7 @@ def execute(
             finish_later(FinishedRun(run, encoded, started))
             return Outcome.FINISHING
         run.complete(json.loads(encoded))  # as jsonb will read it back
-    except (LeaseLost, WorkflowCancelled) as exc:
+    except LeaseLost as exc:  # RunCancelled too
         logger.warning("workflow %s (%s) stopped: %s", run.id, run.workflow_type, exc)
         return Outcome.ABANDONED
     except ReleaseRequested:
@@ -101,7 +101,7 @@ def _settle(run: Lease, write: Callable[[], object], outcome: Outcome, descripti
     """Write a non-failure outcome (release, wait, deadline) if the lease still holds."""
     try:
         write()
-    except (LeaseLost, WorkflowCancelled):
+    except LeaseLost:
         return Outcome.ABANDONED
     logger.info("workflow %s (%s) %s", run.id, run.workflow_type, description)
     return outcome
@@ -125,7 +125,7 @@ def record_failure(run: Lease, ctx: WorkflowContext | None, exc: BaseException, 
     retryable = not isinstance(exc, PERMANENT_ERRORS)
     try:
         delay = run.fail(message, details, retryable=retryable)
-    except (LeaseLost, WorkflowCancelled) as lost:
+    except LeaseLost as lost:
         logger.warning("workflow %s (%s) stopped: %s", run.id, run.workflow_type, lost)
         return Outcome.ABANDONED
     if delay is not None:

@@ -159,3 +159,6 @@ def atomic_fails(ctx: Any, data: Any) -> Any:
 @workflow("scheduled_tick", schedule="* * * * * */2")
 def scheduled_tick(ctx: Any, data: Any) -> Any:
     return ctx.step("tick", lambda: data)
+
+
+from . import endings  # noqa: E402, F401  (the fault-injection suite's workflows)

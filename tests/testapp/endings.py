@@ -1,0 +1,31 @@
+"""Workflows of the fault-injection suite's tests of how a run ends: a broad
+``except`` around the engine's control flow, a ``BaseException`` from user
+code, and steps that never return. Imported by ``workflows.py``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from orchestration import workflow
+
+from .workflows import record
+
+
+@workflow("sleeps_in_a_broad_except", max_retries=0)
+def sleeps_in_a_broad_except(ctx: Any, data: dict[str, float]) -> Any:
+    try:
+        ctx.sleep("nap", data["seconds"])
+    except Exception:
+        record(ctx, 99, "handler")
+    return ctx.step("after the nap", record, ctx, 2, "after the nap")
+
+
+@workflow("swallows_every_error", max_retries=0)
+def swallows_every_error(ctx: Any, data: dict[str, float]) -> Any:
+    """Code that swallows any error of a step and goes on to the next one."""
+    for number in (1, 2, 3):
+        try:
+            ctx.step(f"step {number}", record, ctx, number, f"step {number}", None, data["seconds"])
+        except Exception:
+            record(ctx, 100 + number, "handler")
+    return {"finished": True}

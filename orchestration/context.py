@@ -98,7 +98,9 @@ class WorkflowContext:
         started = time.monotonic()
         try:
             output = to_json_value(fn(*args, **kwargs), f"The result of step {number} {name!r}")
-        except Exception as exc:
+        except ControlFlow:
+            raise
+        except BaseException as exc:  # KeyboardInterrupt, SystemExit ... fail the attempt like any error
             self._record_step_failure(number, name, exc, started)
             raise
         # Written in one transaction with the run's next write (the next step's
@@ -125,7 +127,7 @@ class WorkflowContext:
                 run.complete_step(number, output)
         except ControlFlow:
             raise
-        except Exception as exc:
+        except BaseException as exc:
             self._record_step_failure(number, name, exc, started)
             raise
         self._completed(number, name, output, started)

@@ -50,7 +50,9 @@ def execute(
 
     With ``finish_later``, a run that returned and has no parent to wake is
     handed to it instead of being completed here (``Outcome.FINISHING``).
-    Never raises for anything the workflow does.
+    Never raises for anything the workflow does: any ``BaseException`` it
+    raises (``KeyboardInterrupt``, ``SystemExit`` ...) fails the attempt like
+    an error, and the engine's control flow ends it as it says.
     """
     started = time.monotonic()
     ctx: WorkflowContext | None = None
@@ -77,7 +79,7 @@ def execute(
         outcome = _settle(run, run.cancel_past_deadline, Outcome.CANCELLED, "cancelled: deadline")
         _wake_parent(run)
         return outcome
-    except (Exception, SystemExit) as exc:
+    except BaseException as exc:  # the engine's own (ControlFlow) are all caught above
         outcome = record_failure(run, ctx, exc, time.monotonic() - started)
         if outcome == Outcome.FAILED:
             _wake_parent(run)

@@ -203,8 +203,8 @@ class Worker:
                     continue
                 try:
                     self._execute_held(run)
-                except Exception:
-                    # A bug here must not kill the thread; the workflow is
+                except BaseException:
+                    # Not even a bug here may kill the thread; the workflow is
                     # reclaimed as stuck if its outcome was not written.
                     logger.exception("workflow %s: unexpected error in the worker", run.id)
                     reset_connection()

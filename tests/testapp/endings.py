@@ -29,3 +29,34 @@ def swallows_every_error(ctx: Any, data: dict[str, float]) -> Any:
         except Exception:
             record(ctx, 100 + number, "handler")
     return {"finished": True}
+
+
+class LibraryAbort(BaseException):
+    """A library's own ``BaseException`` subclass (as gevent's ``GreenletExit``)."""
+
+
+INTERRUPTIONS: dict[str, type[BaseException]] = {
+    "KeyboardInterrupt": KeyboardInterrupt,
+    "SystemExit": SystemExit,
+    "LibraryAbort": LibraryAbort,
+}
+
+
+def interrupt_first_attempt(ctx: Any, kind: str) -> dict[str, int]:
+    record(ctx, 1, f"attempt {ctx.attempt}")
+    if ctx.attempt == 1:
+        raise INTERRUPTIONS[kind](f"{kind} from a step")
+    return {"attempt": ctx.attempt}
+
+
+@workflow("interrupted_step", max_retries=2)
+def interrupted_step(ctx: Any, data: dict[str, str]) -> Any:
+    return ctx.step("interrupted", interrupt_first_attempt, ctx, data["kind"])
+
+
+@workflow("interrupted_function", max_retries=2)
+def interrupted_function(ctx: Any, data: dict[str, str]) -> Any:
+    ctx.step("before", record, ctx, 1, f"before, attempt {ctx.attempt}")
+    if ctx.attempt == 1:
+        raise INTERRUPTIONS[data["kind"]]("from the workflow function")
+    return {"attempt": ctx.attempt}

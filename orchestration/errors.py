@@ -66,6 +66,10 @@ class ChildWorkflowFailed(PermanentError):
     """A child workflow failed or was cancelled."""
 
 
+class StepTimeout(OrchestrationError, TimeoutError):
+    """The step did not return within its timeout; its body was abandoned."""
+
+
 # -- control flow inside a workflow function: raised by ``ctx``, caught by the worker --
 
 

@@ -60,7 +60,9 @@ def execute(
         if run.deadline is not None and timezone.now() >= run.deadline:
             raise DeadlineExceeded()
         definition = get_workflow(run.workflow_type)
-        ctx = WorkflowContext(run, run.recorded_steps(), should_release=should_release)
+        ctx = WorkflowContext(
+            run, run.recorded_steps(), should_release=should_release, step_timeout=definition.step_timeout
+        )
         result = definition.function(ctx, run.input_data)
         encoded = to_json_text(result, f"The return value of workflow {run.workflow_type!r}")
         if finish_later is not None and run.parent_id is None and run.placeholder is None:

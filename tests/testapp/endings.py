@@ -4,6 +4,7 @@ code, and steps that never return. Imported by ``workflows.py``."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from orchestration import workflow
@@ -60,3 +61,22 @@ def interrupted_function(ctx: Any, data: dict[str, str]) -> Any:
     if ctx.attempt == 1:
         raise INTERRUPTIONS[data["kind"]]("from the workflow function")
     return {"attempt": ctx.attempt}
+
+
+def hang_on_first_attempt(ctx: Any, seconds: float, timeout: float | None = None) -> dict[str, int]:
+    """A call that hangs on the first attempt; a ``timeout`` of its own does not
+    help (as a C call that does not honour one)."""
+    record(ctx, 1, f"attempt {ctx.attempt}")
+    if ctx.attempt == 1:
+        time.sleep(seconds)
+    return {"attempt": ctx.attempt}
+
+
+@workflow("hangs_once", max_retries=2)
+def hangs_once(ctx: Any, data: dict[str, float]) -> Any:
+    return ctx.step("hang", hang_on_first_attempt, ctx, data["hang"], timeout=data["timeout"])
+
+
+@workflow("hangs_once_by_default", max_retries=2, step_timeout=1)
+def hangs_once_by_default(ctx: Any, data: dict[str, float]) -> Any:
+    return ctx.step("hang", hang_on_first_attempt, ctx, data["hang"])

@@ -18,6 +18,7 @@ from .errors import (
     NonDeterministicWorkflow,
     OrchestrationError,
     PermanentError,
+    StepTimeout,
     UnknownWorkflowType,
     WorkflowCancelled,
 )
@@ -47,6 +48,7 @@ __all__ = [
     "NonDeterministicWorkflow",
     "OrchestrationError",
     "PermanentError",
+    "StepTimeout",
     "UnknownWorkflowType",
     "WorkflowCancelled",
     "WorkflowContext",

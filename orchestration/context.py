@@ -18,17 +18,25 @@ from .api import start_workflow
 from .conf import conf
 from .errors import (
     ChildWorkflowFailed,
+    ControlFlow,
     DeadlineExceeded,
     EventTimeout,
     LeaseLost,
     NonDeterministicWorkflow,
     ReleaseRequested,
+    StepTimeout,
     Suspend,
-    WorkflowCancelled,
 )
 from .lease import Lease, RecordedStep
 from .models import StepStatus, Workflow, WorkflowStatus
-from .validation import to_json_value, to_timedelta, validate_event_name, validate_step_name
+from .timeouts import Expired, call_within
+from .validation import (
+    to_json_value,
+    to_timedelta,
+    validate_event_name,
+    validate_step_name,
+    validate_step_timeout,
+)
 from .waits import Wait
 
 logger = logging.getLogger(__name__)
@@ -60,10 +68,13 @@ class WorkflowContext:
         recorded: dict[int, RecordedStep],
         *,
         should_release: Callable[[], bool] = lambda: False,
+        step_timeout: datetime.timedelta | None = None,
     ) -> None:
         self._run = run
         self._recorded = recorded
         self._should_release = should_release
+        #: The workflow's default time limit of a step, in seconds.
+        self._step_timeout = step_timeout.total_seconds() if step_timeout is not None else None
         self._next_number = 1
         #: ``(number, name)`` of the step whose body raised, for the failure message.
         self.failed_step: tuple[int, str] | None = None
@@ -85,20 +96,41 @@ class WorkflowContext:
     def input(self) -> Any:
         return self._run.input_data
 
-    def step(self, name: str, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+    def step(
+        self,
+        name: str,
+        fn: Callable[..., Any],
+        /,
+        *args: Any,
+        timeout: float | datetime.timedelta | None = None,
+        **kwargs: Any,
+    ) -> Any:
         """Run ``fn(*args, **kwargs)`` once and checkpoint its JSON result.
 
         On replay a completed step returns the stored result without running.
         The body runs at least once (again, if the worker died before the
         checkpoint was written); the checkpoint is written exactly once.
+
+        ``timeout`` (seconds or a timedelta; default: the workflow's
+        ``step_timeout``) is the engine's, never passed to ``fn``: pass ``fn``
+        its own with ``functools.partial(fn, timeout=...)``. Past it the attempt
+        fails with ``StepTimeout`` and is retried; the body, which Python cannot
+        stop, is abandoned in a thread of its own (see ``orchestration.timeouts``).
         """
+        limit = self._step_timeout if timeout is None else validate_step_timeout(timeout, f"ctx.step({name!r}) timeout")
         number, done, output = self._begin(name, recorded_by_claim=True)
         if done:
             return output
         started = time.monotonic()
         try:
-            output = to_json_value(fn(*args, **kwargs), f"The result of step {number} {name!r}")
-        except Exception as exc:
+            if limit is None and self._run.deadline is None:
+                result = fn(*args, **kwargs)
+            else:
+                result = self._call_within(number, name, limit, fn, args, kwargs)
+            output = to_json_value(result, f"The result of step {number} {name!r}")
+        except ControlFlow:
+            raise
+        except BaseException as exc:  # KeyboardInterrupt, SystemExit ... fail the attempt like any error
             self._record_step_failure(number, name, exc, started)
             raise
         # Written in one transaction with the run's next write (the next step's
@@ -123,9 +155,9 @@ class WorkflowContext:
                 # The fence comes last, so the workflow row is locked only for
                 # the commit: a lost lease rolls the step's own writes back too.
                 run.complete_step(number, output)
-        except (LeaseLost, WorkflowCancelled, ReleaseRequested, Suspend, DeadlineExceeded):
+        except ControlFlow:
             raise
-        except Exception as exc:
+        except BaseException as exc:
             self._record_step_failure(number, name, exc, started)
             raise
         self._completed(number, name, output, started)
@@ -281,6 +313,49 @@ class WorkflowContext:
         if isinstance(output, dict) and output.get("timed_out"):
             raise EventTimeout(f"No {name!r} event arrived before the wait's timeout.")
         return output.get("payload") if isinstance(output, dict) else output
+
+    def _call_within(
+        self,
+        number: int,
+        name: str,
+        limit: float | None,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ) -> Any:
+        """``fn``'s result, if it returns within ``limit`` seconds and before the
+        run's deadline while the run is still held; else the body is abandoned
+        and the attempt ends (``StepTimeout``, ``DeadlineExceeded``, ``LeaseLost``)."""
+        run = self._run
+        deadline = None
+        if run.deadline is not None:
+            deadline = time.monotonic() + (run.deadline - timezone.now()).total_seconds()
+        thread_name = f"orchestration-step {run.id} {number}"
+        try:
+            return call_within(
+                fn, args, kwargs, timeout=limit, deadline=deadline, lost=run.lost, thread_name=thread_name
+            )
+        except Expired as expired:
+            logger.warning(
+                'workflow %s (%s) step %d "%s": stopped waiting for its body (%s); it runs on, abandoned, in thread %r',
+                run.id,
+                run.workflow_type,
+                number,
+                name,
+                expired.why,
+                thread_name,
+            )
+            if expired.why == "lost":
+                raise LeaseLost(f"Workflow {run.id} is no longer held by this worker.") from None
+            if expired.why == "deadline":
+                assert run.deadline is not None
+                raise DeadlineExceeded(
+                    f'Workflow {run.id} reached its deadline {run.deadline.isoformat()} during step {number} "{name}".'
+                ) from None
+            raise StepTimeout(
+                f'step "{name}" did not return within its timeout of {limit:g}s; its body was abandoned '
+                "(Python cannot stop a thread) and may still be running"
+            ) from None
 
     def _record_step_failure(self, number: int, name: str, exc: BaseException, started: float | None) -> None:
         self.failed_step = (number, name)

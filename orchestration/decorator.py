@@ -16,7 +16,7 @@ from django.core.exceptions import ImproperlyConfigured
 from .errors import InvalidWorkflowInput
 from .registry import WorkflowDefinition, WorkflowFunction, register
 from .schedules import validate_schedule
-from .validation import validate_timeout
+from .validation import validate_step_timeout, validate_timeout
 
 if TYPE_CHECKING:
     from .models import Workflow
@@ -64,6 +64,7 @@ def workflow(
     priority: int = 0,
     timeout: float | datetime.timedelta | None = None,
     schedule: str | None = None,
+    step_timeout: float | datetime.timedelta | None = None,
 ) -> Callable[[WorkflowFunction], DeclaredWorkflow]: ...
 
 
@@ -76,6 +77,7 @@ def workflow(
     priority: int = 0,
     timeout: float | datetime.timedelta | None = None,
     schedule: str | None = None,
+    step_timeout: float | datetime.timedelta | None = None,
 ) -> DeclaredWorkflow | Callable[[WorkflowFunction], DeclaredWorkflow]:
     """Register a function ``fn(ctx, data)`` as a workflow type.
 
@@ -83,7 +85,8 @@ def workflow(
     function's name, so a bare ``@workflow`` works too. ``timeout`` (seconds or
     a timedelta) cancels a run still going that long after it was started;
     ``schedule`` (a cron expression, optionally with a sixth field for seconds)
-    starts one run per tick.
+    starts one run per tick. ``step_timeout`` (seconds or a timedelta) is the
+    time limit of each ``ctx.step`` that does not pass its own ``timeout=``.
     """
     if callable(name):
         return workflow()(name)
@@ -91,6 +94,9 @@ def workflow(
         raise ImproperlyConfigured(f"@workflow max_retries must be an integer >= 0, not {max_retries!r}")
     try:
         limit = validate_timeout(timeout)
+        step_limit = None
+        if step_timeout is not None:
+            step_limit = datetime.timedelta(seconds=validate_step_timeout(step_timeout, "step_timeout"))
     except InvalidWorkflowInput as exc:
         raise ImproperlyConfigured(f"@workflow {exc}") from None
     if schedule is not None:
@@ -105,6 +111,7 @@ def workflow(
             priority=priority,
             timeout=limit,
             schedule=schedule,
+            step_timeout=step_limit,
         )
         register(definition)
         return definition

@@ -1,7 +1,14 @@
-"""The exceptions of the public API.
+"""The exceptions of the public API, and the engine's control flow.
 
 Each class's docstring is its default message, so ``raise PermanentError`` and
 ``raise PermanentError("card declined")`` both explain themselves.
+
+The errors (``OrchestrationError`` and its subclasses) are ``Exception`` subclasses.
+The signals the engine raises inside a workflow function to unwind it (a wait,
+a release at shutdown, a lost or cancelled run, a passed deadline) are
+``ControlFlow``, a ``BaseException`` as asyncio's ``CancelledError`` is: a
+workflow's ``except Exception:`` cannot swallow them and carry on past a
+``ctx.sleep`` or a cancellation.
 """
 
 from __future__ import annotations
@@ -38,6 +45,10 @@ class NonDeterministicWorkflow(OrchestrationError):
 class WorkflowCancelled(OrchestrationError):
     """The workflow was cancelled."""
 
+    # An error for callers, about a run that ended cancelled; raised inside a
+    # workflow function (by code waiting for another run) it is an ordinary
+    # failure. The engine stops the cancelled run itself with ``RunCancelled``.
+
 
 class InvalidWorkflowInput(OrchestrationError, ValueError):
     """The workflow's input or options are invalid."""
@@ -45,10 +56,6 @@ class InvalidWorkflowInput(OrchestrationError, ValueError):
 
 class InvalidTransition(OrchestrationError):
     """The workflow is not in a state that allows this change."""
-
-
-class LeaseLost(OrchestrationError):
-    """This worker no longer holds the workflow; it must write nothing more."""
 
 
 class EventTimeout(PermanentError):
@@ -63,18 +70,40 @@ class CheckpointRefused(PermanentError):
     """The database refused to store a step's result; the step is failed."""
 
 
-class DeadlineExceeded(OrchestrationError):
-    """The workflow is past its deadline; it is cancelled at this step boundary."""
+class StepTimeout(OrchestrationError, TimeoutError):
+    """The step did not return within its timeout; its body was abandoned."""
 
 
 # -- control flow inside a workflow function: raised by ``ctx``, caught by the worker --
 
 
-class ReleaseRequested(Exception):
+class ControlFlow(BaseException):
+    """The engine unwinds the workflow function (not an error of the workflow).
+
+    A ``BaseException``, so that ``except Exception:`` in workflow code lets it
+    through; code that catches ``BaseException`` must re-raise it."""
+
+    def __init__(self, message: str | None = None, *args: Any) -> None:
+        super().__init__(message or (self.__doc__ or "").strip().splitlines()[0], *args)
+
+
+class LeaseLost(ControlFlow):
+    """This worker no longer holds the workflow; it must write nothing more."""
+
+
+class RunCancelled(LeaseLost):
+    """The workflow was cancelled while this worker ran it; it must write nothing more."""
+
+
+class DeadlineExceeded(ControlFlow):
+    """The workflow is past its deadline; it is cancelled."""
+
+
+class ReleaseRequested(ControlFlow):
     """The worker is shutting down: give the workflow back at this step boundary."""
 
 
-class Suspend(Exception):
+class Suspend(ControlFlow):
     """The workflow waits: release it to pending until ``until`` or a wake-up.
 
     Raised by the waiting primitives and caught by the worker, so a waiting

@@ -4,8 +4,10 @@ Each write is fenced: it changes the row only on ``(id, lease_token,
 status='running')``, in one transaction with any step-row write, so a worker
 whose lease was taken (reclaimed as stuck, cancelled, released on shutdown)
 changes nothing, and the row lock the fence takes serialises it against whoever
-took the lease. A write that finds the lease gone raises ``LeaseLost`` (or
-``WorkflowCancelled``) and marks the lease ``lost``.
+took the lease. A write that finds the lease gone raises ``LeaseLost`` (its
+subclass ``RunCancelled`` when the run was cancelled) and marks the lease
+``lost``; both are control flow (``BaseException``), which a workflow's
+``except Exception`` cannot swallow.
 
 The writes are retried through a database outage by the lease's ``outage``
 policy (the worker's), unless the caller holds a transaction of its own, which
@@ -30,7 +32,7 @@ from django.db.models.functions import Now
 
 from . import sql, transitions, waits
 from .conf import conf
-from .errors import CONNECTION_ERRORS, CheckpointRefused, LeaseLost, WorkflowCancelled
+from .errors import CONNECTION_ERRORS, CheckpointRefused, LeaseLost, RunCancelled
 from .models import StepStatus, Workflow, WorkflowEvent, WorkflowStatus, WorkflowStep
 from .retry import backoff_seconds, should_retry
 from .validation import ERROR_MESSAGE_MAX_LENGTH, TRACEBACK_MAX_LENGTH, storable_text
@@ -361,7 +363,7 @@ class Lease:
         self.lost.set()
         status = _workflows().filter(pk=self.id).values_list("status", flat=True).first()
         if status == WorkflowStatus.CANCELLED:
-            raise WorkflowCancelled(f"Workflow {self.id} was cancelled.")
+            raise RunCancelled(f"Workflow {self.id} was cancelled.")
         raise LeaseLost(f"Workflow {self.id} is no longer held by this worker (it is {status}).")
 
 

@@ -34,6 +34,8 @@ class WorkflowDefinition:
     timeout: datetime.timedelta | None = None
     #: Cron expression: one run is started per tick (see ``orchestration.schedules``).
     schedule: str | None = None
+    #: Default time limit of each ``ctx.step`` (see ``WorkflowContext.step``).
+    step_timeout: datetime.timedelta | None = None
 
     def __call__(self, ctx: Any, data: Any) -> Any:
         return self.function(ctx, data)

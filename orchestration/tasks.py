@@ -45,7 +45,14 @@ from django.utils.json import normalize_json
 from django.utils.module_loading import import_string
 
 from .decorator import workflow
-from .errors import PERMANENT_ERRORS, InvalidWorkflowInput, OrchestrationError, UnknownWorkflowType, WorkflowCancelled
+from .errors import (
+    PERMANENT_ERRORS,
+    ControlFlow,
+    InvalidWorkflowInput,
+    OrchestrationError,
+    UnknownWorkflowType,
+    WorkflowCancelled,
+)
 from .registry import add_queue_source
 from .validation import STEP_NAME_MAX_LENGTH, NotJSONSerializable, to_json_value, validate_queue
 
@@ -344,7 +351,9 @@ def _call_task(result_id: str) -> Any:
             value = normalize_json(value)
         except (TypeError, ValueError) as exc:
             raise NotJSONSerializable(f"The return value of task {task.module_path!r} is not JSON: {exc}") from None
-    except (Exception, SystemExit) as exc:
+    except ControlFlow:
+        raise
+    except BaseException as exc:  # fails the attempt like any error (see worker.execution)
         # Django's task_finished means finished for good, not "will be retried".
         if isinstance(exc, PERMANENT_ERRORS) or not should_retry(row.attempts, row.max_retries):
             _finish(result, TaskResultStatus.FAILED)

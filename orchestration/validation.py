@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import math
 from typing import Any
 
 from django.utils import timezone
@@ -185,3 +186,14 @@ def to_timedelta(value: Any, what: str, *, allow_zero: bool = False) -> datetime
 def validate_timeout(timeout: Any) -> datetime.timedelta | None:
     """A run's time limit as a timedelta, or None."""
     return None if timeout is None else to_timedelta(timeout, "timeout")
+
+
+def validate_step_timeout(timeout: Any, what: str) -> float:
+    """A step's time limit in seconds (finite, > 0), from seconds or a timedelta."""
+    seconds = timeout.total_seconds() if isinstance(timeout, datetime.timedelta) else timeout
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not 0 < seconds < math.inf:
+        raise InvalidWorkflowInput(
+            f"{what} must be a number of seconds or a timedelta > 0, not {timeout!r}. It is the engine's time "
+            "limit of the step; give the step function a timeout of its own with functools.partial(fn, timeout=...)."
+        )
+    return float(seconds)

@@ -27,7 +27,7 @@ import uuid
 from django.db import DatabaseError
 
 from ..claims import FinishedRun, finish_and_claim
-from ..errors import CONNECTION_ERRORS, LeaseLost, WorkflowCancelled
+from ..errors import CONNECTION_ERRORS, LeaseLost
 from ..lease import Lease
 from .execution import Outcome, log_completed, record_failure
 
@@ -214,7 +214,7 @@ class Dispatcher:
         try:
             run.release()
             logger.warning("workflow %s (%s) released to pending", run.id, run.workflow_type)
-        except (LeaseLost, WorkflowCancelled):
+        except LeaseLost:
             pass
         except DatabaseError:
             logger.exception("workflow %s: could not release; it will be reclaimed as stuck", run.id)
@@ -318,7 +318,7 @@ class Dispatcher:
             outcome = record_failure(run, None, exc, time.monotonic() - item.started)
             logger.warning("workflow %s (%s): its completion was refused: %s", run.id, run.workflow_type, outcome)
             return
-        except (LeaseLost, WorkflowCancelled) as exc:
+        except LeaseLost as exc:
             logger.warning("workflow %s (%s) stopped: %s", run.id, run.workflow_type, exc)
             return
         self.completed += 1

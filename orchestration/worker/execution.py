@@ -25,7 +25,6 @@ from ..errors import (
     LeaseLost,
     ReleaseRequested,
     Suspend,
-    WorkflowCancelled,
 )
 from ..lease import Lease
 from ..registry import get_workflow
@@ -57,7 +56,9 @@ def execute(
 
     With ``finish_later``, a run that returned and has no parent to wake is
     handed to it instead of being completed here (``Outcome.FINISHING``).
-    Never raises for anything the workflow does.
+    Never raises for anything the workflow does: any ``BaseException`` it
+    raises (``KeyboardInterrupt``, ``SystemExit`` ...) fails the attempt like
+    an error, and the engine's control flow ends it as it says.
     """
     started = time.monotonic()
     ctx: WorkflowContext | None = None
@@ -65,14 +66,16 @@ def execute(
         if run.deadline is not None and timezone.now() >= run.deadline:
             raise DeadlineExceeded()
         definition = get_workflow(run.workflow_type)
-        ctx = WorkflowContext(run, run.recorded_steps(), should_release=should_release)
+        ctx = WorkflowContext(
+            run, run.recorded_steps(), should_release=should_release, step_timeout=definition.step_timeout
+        )
         result = definition.function(ctx, run.input_data)
         encoded = to_json_text(result, f"The return value of workflow {run.workflow_type!r}")
         if finish_later is not None and run.parent_id is None and run.placeholder is None:
             finish_later(FinishedRun(run, encoded, started))
             return Outcome.FINISHING
         run.complete(json.loads(encoded))  # as jsonb will read it back
-    except (LeaseLost, WorkflowCancelled) as exc:
+    except LeaseLost as exc:  # RunCancelled too
         logger.warning("workflow %s (%s) stopped: %s", run.id, run.workflow_type, exc)
         return Outcome.ABANDONED
     except ReleaseRequested:
@@ -82,7 +85,7 @@ def execute(
         return _settle(run, lambda: run.suspend(until, wait, ready), Outcome.WAITING, f"waiting for {wait.text}")
     except DeadlineExceeded:
         return _settle(run, run.cancel_past_deadline, Outcome.CANCELLED, "cancelled: deadline")
-    except (Exception, SystemExit) as exc:
+    except BaseException as exc:  # the engine's own (ControlFlow) are all caught above
         return record_failure(run, ctx, exc, time.monotonic() - started)
     log_completed(run, started)
     return Outcome.COMPLETED
@@ -102,7 +105,7 @@ def _settle(run: Lease, write: Callable[[], object], outcome: Outcome, descripti
     """Write a non-failure outcome (release, wait, deadline) if the lease still holds."""
     try:
         write()
-    except (LeaseLost, WorkflowCancelled):
+    except LeaseLost:
         return Outcome.ABANDONED
     logger.info("workflow %s (%s) %s", run.id, run.workflow_type, description)
     return outcome
@@ -122,7 +125,7 @@ def record_failure(run: Lease, ctx: WorkflowContext | None, exc: BaseException, 
         except CheckpointRefused as refused:  # the step before it could not be stored: that fails the run
             message = str(refused)
             delay = run.fail(message, details, retryable=False)
-    except (LeaseLost, WorkflowCancelled) as lost:
+    except LeaseLost as lost:
         logger.warning("workflow %s (%s) stopped: %s", run.id, run.workflow_type, lost)
         return Outcome.ABANDONED
     if delay is not None:

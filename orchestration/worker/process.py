@@ -70,6 +70,8 @@ class Worker:
             stopping=self.stopping,
         )
         self._outage = OutagePolicy(give_up=self.stop_now, pause=self._database_unavailable)
+        #: The threads of this process that died (see ``_thread_died``).
+        self.dead_threads: list[str] = []
 
     @property
     def completed(self) -> int:
@@ -82,7 +84,8 @@ class Worker:
     # -- lifecycle -------------------------------------------------------
 
     def run(self) -> int:
-        """Run until stopped (or, with ``burst``, until nothing is due); return the exit status."""
+        """Run until stopped (or, with ``burst``, until nothing is due); return
+        the exit status: 0, or 1 when one of its threads died (see ``_thread_died``)."""
         in_main_thread = threading.current_thread() is threading.main_thread()
         # Django, the apps and their modules are loaded: the cyclic garbage
         # collector need not walk them again on every pass (docs/performance.md).
@@ -96,10 +99,10 @@ class Worker:
             ",".join(self.queues) if self.queues else "all",
             ", burst" if self.burst else "",
         )
-        services = Services(self.dispatcher, listen=self.listen, schedule=not self.burst)
+        services = Services(self.dispatcher, listen=self.listen, schedule=not self.burst, on_death=self._thread_died)
         services.start()
         threads = [
-            threading.Thread(target=self._worker_loop, name=f"orchestration-worker-{n}", daemon=True)
+            threading.Thread(target=self._worker_thread, name=f"orchestration-worker-{n}", daemon=True)
             for n in range(1, self.concurrency + 1)
         ]
         for thread in threads:
@@ -113,6 +116,11 @@ class Worker:
                 signal.signal(signum, handler)
             connections.close_all()
         logger.info("worker %s stopped: %d completed, %d failed attempts", self.worker_id, self.completed, self.failed)
+        if self.dead_threads:
+            logger.error(
+                "worker %s: exiting with status 1: thread(s) %s died", self.worker_id, ", ".join(self.dead_threads)
+            )
+            return 1
         return 0
 
     def _check_pool(self) -> None:
@@ -135,6 +143,18 @@ class Worker:
         """Ask the process to stop as a first SIGTERM would."""
         self.stopping.set()
         self.dispatcher.wake_all()
+
+    def _thread_died(self, name: str) -> None:
+        """Called in the ``except`` of a thread of this process that dies of an
+        error nothing caught: stop as on a first signal (held runs are
+        released), to exit non-zero. A process with no heartbeat would have its
+        runs reclaimed from under it, one with no sweep reclaims nothing: a
+        supervisor restarts it whole instead."""
+        self.dead_threads.append(name)
+        logger.critical(
+            "worker %s: the %s thread died; stopping, to exit with status 1", self.worker_id, name, exc_info=True
+        )
+        self.stop()
 
     def _install_signal_handlers(self) -> dict[int, Any]:
         previous: dict[int, Any] = {}
@@ -177,6 +197,12 @@ class Worker:
 
     # -- worker threads --------------------------------------------------
 
+    def _worker_thread(self) -> None:
+        try:
+            self._worker_loop()
+        except BaseException:
+            self._thread_died(threading.current_thread().name)
+
     def _worker_loop(self) -> None:
         failures = 0
         dispatcher = self.dispatcher
@@ -203,8 +229,8 @@ class Worker:
                     continue
                 try:
                     self._execute_held(run)
-                except Exception:
-                    # A bug here must not kill the thread; the workflow is
+                except BaseException:
+                    # Not even a bug here may kill the thread; the workflow is
                     # reclaimed as stuck if its outcome was not written.
                     logger.exception("workflow %s: unexpected error in the worker", run.id)
                     reset_connection()

@@ -1,6 +1,10 @@
 """A ``runworkers`` process's background threads: the heartbeat, the stuck
-sweep, the scheduler and the NOTIFY listener. Each has its own connection, and
-a database error makes it log, reconnect and carry on."""
+sweep, the scheduler and the NOTIFY listener. Each has its own connection.
+Any error (any ``DatabaseError``: a standby promoted or demoted in a failover
+raises ``InternalError``, not ``OperationalError``; a bug) makes it log,
+reconnect and carry on. A thread that dies anyway (a ``BaseException``) is
+reported to ``on_death``: the process then stops and exits non-zero, so that
+its supervisor restarts it, instead of running on with no heartbeat or sweep."""
 
 from __future__ import annotations
 
@@ -14,7 +18,6 @@ from django.db import DatabaseError, connections
 
 from .. import recovery, sql
 from ..conf import conf
-from ..errors import CONNECTION_ERRORS
 from ..schedules import scheduled_workflows, start_due_runs
 from .dispatch import Dispatcher
 
@@ -30,17 +33,20 @@ def reset_connection() -> None:
 class Services:
     """The background threads of one process, started and stopped together."""
 
-    def __init__(self, dispatcher: Dispatcher, *, listen: bool, schedule: bool) -> None:
+    def __init__(
+        self, dispatcher: Dispatcher, *, listen: bool, schedule: bool, on_death: Callable[[str], None]
+    ) -> None:
         self.dispatcher = dispatcher
         self.worker_id = dispatcher.worker_id
         self._stop = threading.Event()
+        self._on_death = on_death
         loops: list[tuple[str, Callable[[], None]]] = [("heartbeat", self._heartbeat), ("reclaim", self._reclaim)]
         if listen:
             loops.append(("listen", self._listen))
         if schedule and conf.SCHEDULER and scheduled_workflows():
             loops.append(("schedule", self._schedule))
         self.threads = [
-            threading.Thread(target=self._on_own_connection, args=(loop,), name=f"orchestration-{name}", daemon=True)
+            threading.Thread(target=self._watched, args=(name, loop), name=f"orchestration-{name}", daemon=True)
             for name, loop in loops
         ]
 
@@ -53,12 +59,23 @@ class Services:
         for thread in self.threads:
             thread.join(timeout=5)
 
-    @staticmethod
-    def _on_own_connection(loop: Callable[[], None]) -> None:
+    def _watched(self, name: str, loop: Callable[[], None]) -> None:
+        """Run ``loop`` on this thread's own connection; report it (from its
+        ``except``) if it dies."""
         try:
             loop()
+        except BaseException:
+            self._on_death(name)
         finally:
             connections.close_all()
+
+    def _failed(self, what: str, exc: Exception) -> None:
+        """Log a loop's failed pass and drop its connection: the next pass reconnects."""
+        if isinstance(exc, DatabaseError):
+            logger.warning("worker %s: %s failed (%s: %s)", self.worker_id, what, type(exc).__name__, exc)
+        else:
+            logger.exception("worker %s: %s failed", self.worker_id, what)
+        reset_connection()
 
     def _heartbeat(self) -> None:
         held = self.dispatcher.held
@@ -68,18 +85,16 @@ class Services:
                     if run in held:  # not merely finished since the snapshot
                         logger.warning("workflow %s: lease lost (reclaimed or cancelled); stopping it", run.id)
                         run.lost.set()
-            except CONNECTION_ERRORS as exc:
-                logger.warning("worker %s: heartbeat failed (%s)", self.worker_id, exc)
-                reset_connection()
+            except Exception as exc:
+                self._failed("heartbeat", exc)
 
     def _reclaim(self) -> None:
         interval = max(0.5, min(conf.STUCK_AFTER / 4, 60.0))
         while True:
             try:
                 recovery.reclaim_stuck()
-            except CONNECTION_ERRORS as exc:
-                logger.warning("worker %s: stuck sweep failed (%s)", self.worker_id, exc)
-                reset_connection()
+            except Exception as exc:
+                self._failed("stuck sweep", exc)
             if self._stop.wait(interval):
                 return
 
@@ -89,11 +104,8 @@ class Services:
         while True:
             try:
                 start_due_runs(started_ticks)
-            except CONNECTION_ERRORS as exc:
-                logger.warning("worker %s: schedule check failed (%s)", self.worker_id, exc)
-                reset_connection()
-            except Exception:
-                logger.exception("worker %s: schedule check failed", self.worker_id)
+            except Exception as exc:
+                self._failed("schedule check", exc)
             if self._stop.wait(min(1.0, self.dispatcher.poll_interval)):
                 return
 

@@ -16,7 +16,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from orchestration import claims, recovery, sql, start_workflow, start_workflows, workflow
-from orchestration.errors import WorkflowCancelled
+from orchestration.errors import RunCancelled
 from orchestration.lease import Lease
 from orchestration.models import StepStatus, Workflow, WorkflowStatus, WorkflowStep
 from orchestration.worker import Worker, execute
@@ -145,9 +145,9 @@ def test_step_checkpoint__of_a_run_that_lost_its_lease__is_never_written():
     run.start_step(1, "first")
     run.defer_checkpoint(1, "one", "late")
     cancel_workflow(workflow_.pk)
-    with pytest.raises(WorkflowCancelled):
+    with pytest.raises(RunCancelled):
         run.start_step(2, "second")
-    with pytest.raises(WorkflowCancelled):
+    with pytest.raises(RunCancelled):
         run.complete(None)
     step = WorkflowStep.objects.get(workflow_id=workflow_.pk, step_number=1)
     assert (step.status, step.output_data) == (StepStatus.FAILED, None)

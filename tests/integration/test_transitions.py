@@ -4,7 +4,6 @@ import pytest
 
 from orchestration import (
     InvalidTransition,
-    WorkflowCancelled,
     cancel_workflow,
     claims,
     recovery,
@@ -12,7 +11,7 @@ from orchestration import (
     retry_workflow,
     start_workflow,
 )
-from orchestration.errors import LeaseLost
+from orchestration.errors import LeaseLost, RunCancelled
 from orchestration.models import WorkflowStep
 from orchestration.worker import execute
 from tests.factories import WorkflowFactory, WorkflowStepFactory
@@ -79,7 +78,7 @@ def test_cancel_workflow__a_running_workflow_stops_at_its_next_step_boundary():
     run = claims.claim("w", None)[0]
     run.start_step(1, "first")
     cancel_workflow(workflow)
-    with pytest.raises(WorkflowCancelled):
+    with pytest.raises(RunCancelled):
         run.complete_step(1, {"late": True})
     step = WorkflowStep.objects.get(workflow=workflow, step_number=1)
     assert step.status == "failed" and "cancelled" in step.error_message

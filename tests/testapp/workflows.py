@@ -177,3 +177,6 @@ def acts_on_approval(ctx: Any, data: Any) -> Any:
     """Waits for an approval, then acts on it; the act fails the first time it runs."""
     decision = ctx.wait_for_event("approval")
     return ctx.step("act", fail_the_first_time, ctx, decision)
+
+
+from . import endings  # noqa: E402, F401  (the fault-injection suite's workflows)

@@ -5,7 +5,7 @@ import pytest
 from django.test import override_settings
 
 from orchestration.errors import InvalidWorkflowInput
-from orchestration.validation import NotJSONSerializable, to_json_value, validate_options
+from orchestration.validation import NotJSONSerializable, to_json_value, validate_options, validate_step_timeout
 
 GOOD = dict(idempotency_key=None, run_after=None, queue="default", priority=0, max_retries=3)
 
@@ -46,3 +46,15 @@ def test_to_json_value__rejects_payloads_over_the_limit():
 def test_validate_options__rejects_bad_values_with_a_message_naming_them(option, value, message):
     with pytest.raises(InvalidWorkflowInput, match=message):
         validate_options(**{**GOOD, option: value})
+
+
+@pytest.mark.parametrize("value", [1, 0.25, datetime.timedelta(minutes=2)])
+def test_validate_step_timeout__takes_seconds_or_a_timedelta(value):
+    seconds = value.total_seconds() if isinstance(value, datetime.timedelta) else value
+    assert validate_step_timeout(value, "timeout") == seconds
+
+
+@pytest.mark.parametrize("value", [0, -1, math.inf, math.nan, True, "5", (3.05, 27)])
+def test_validate_step_timeout__rejects_what_is_no_limit_and_says_how_to_time_out_fn(value):
+    with pytest.raises(InvalidWorkflowInput, match=r"functools\.partial\(fn, timeout=\.\.\.\)"):
+        validate_step_timeout(value, "ctx.step('fetch') timeout")

@@ -82,7 +82,11 @@ class Command(BaseCommand):
             listen=not options["no_listen"],
             claim_ahead=options["claim_ahead"],
         )
-        worker.run()
+        status = worker.run()
+        if status:  # a thread died: a supervisor restarts the process
+            raise CommandError(
+                f"worker thread(s) {', '.join(worker.dead_threads)} died; see the log", returncode=status
+            )
 
     def _configure_logging(self, level: str) -> None:
         package_logger = logging.getLogger("orchestration")

@@ -23,7 +23,8 @@ from orchestration.models import Workflow
 from tests.factories import WorkflowFactory
 from tests.support import drain
 
-pytestmark = pytest.mark.django_db
+# transaction=True: a step of a run with a deadline runs in a thread of its own, on its own connection
+pytestmark = pytest.mark.django_db(transaction=True)
 
 #: The runs' time limit, in seconds: long enough for a drain of a few steps, short to wait out.
 TIMEOUT = 1.0

@@ -62,8 +62,10 @@ def test_step_timeout__of_the_workflow_applies_to_a_step_without_its_own(workers
 
 
 def test_workflow_timeout__cancels_the_run_while_a_step_still_runs(workers):
-    workflow = start_workflow("slow", {"seconds": 60, "steps": 1}, timeout=1)
     workers.append(start_workers("--concurrency", "1"))
+    ready = start_workflow("echo", "ready")  # the deadline starts counting once the worker runs
+    assert wait_for(lambda: status_of(ready) == "completed", timeout=60)
+    workflow = start_workflow("slow", {"seconds": 60, "steps": 1}, timeout=2)
     assert wait_for(lambda: StepRun.objects.filter(workflow_id=workflow.pk).exists())
     assert wait_for(lambda: status_of(workflow) == "cancelled", timeout=10)
     step = WorkflowStep.objects.get(workflow=workflow, step_number=1)

@@ -12,7 +12,7 @@ from typing import Any
 
 from django.db import DatabaseError, connections
 
-from .. import recovery, sql
+from .. import recovery, sql, worker_rows
 from ..conf import conf
 from ..errors import CONNECTION_ERRORS
 from ..schedules import scheduled_workflows, start_due_runs
@@ -68,6 +68,7 @@ class Services:
                     if run in held:  # not merely finished since the snapshot
                         logger.warning("workflow %s: lease lost (reclaimed or cancelled); stopping it", run.id)
                         run.lost.set()
+                worker_rows.beat(self.worker_id)
             except CONNECTION_ERRORS as exc:
                 logger.warning("worker %s: heartbeat failed (%s)", self.worker_id, exc)
                 reset_connection()

@@ -18,12 +18,15 @@ from __future__ import annotations
 import datetime
 import uuid
 from dataclasses import dataclass
+from typing import Any
 
-from django.db.models import Q, QuerySet
+from django.db.models import Count, Q, QuerySet
+from django.utils import timezone
 
+from . import worker_rows
 from .conf import conf
-from .models import Workflow, WorkflowStatus
-from .waits import PendingReason, WaitKind, pending_q
+from .models import Workflow, WorkflowStatus, WorkflowWorker
+from .waits import PendingReason, WaitKind, pending_q, pending_reason
 
 #: The values of "why pending": ``waits.PendingReason`` and ``waits.WaitKind``.
 PENDING_REASONS: dict[str, PendingReason | WaitKind] = {reason.value: reason for reason in (*PendingReason, *WaitKind)}
@@ -57,11 +60,11 @@ def held_by_q(worker_id: str) -> Q:
     return Q(status=WorkflowStatus.RUNNING, worker_id=worker_id)
 
 
-def parse_uuid(value: str, what: str) -> uuid.UUID:
+def parse_uuid(value: str, what: str = "") -> uuid.UUID:
     try:
         return uuid.UUID(str(value).strip())
     except ValueError:
-        raise InvalidFilter(f"{what} {value!r} is not a workflow id (a UUID).") from None
+        raise InvalidFilter(f"{what} {value!r} is not a workflow id (a UUID).".lstrip()) from None
 
 
 @dataclass(frozen=True)
@@ -107,3 +110,95 @@ class Filters:
 def filtered(filters: Filters) -> QuerySet[Workflow]:
     """The workflows ``filters`` select, newest first."""
     return Workflow.objects.using(conf.DATABASE).filter(filters.q()).order_by("-created_at", "-pk")
+
+
+# -- what the workflows command shows ---------------------------------------------
+
+#: The columns of a workflow the list shows (never the payloads, nor the traceback).
+SUMMARY_FIELDS = (
+    "id",
+    "workflow_type",
+    "status",
+    "queue",
+    "priority",
+    "current_step",
+    "attempts",
+    "max_retries",
+    "idempotency_key",
+    "worker_id",
+    "parent_id",
+    "waiting_for",
+    "run_after",
+    "error_message",
+    "created_at",
+    "updated_at",
+    "started_at",
+    "finished_at",
+)
+
+
+def summary(row: dict[str, Any], now: datetime.datetime) -> dict[str, Any]:
+    """A workflow as the list shows it, with why it is pending (``waits.PendingReason``) when it is."""
+    why = None
+    if row["status"] == WorkflowStatus.PENDING:
+        why = pending_reason(row["run_after"], row["waiting_for"], row["error_message"], now).value
+    return {**row, "pending_reason": why}
+
+
+def rows(filters: Filters, limit: int) -> list[dict[str, Any]]:
+    """The first ``limit`` workflows ``filters`` select, newest first, as ``summary`` gives them."""
+    now = timezone.now()
+    return [summary(row, now) for row in filtered(filters).values(*SUMMARY_FIELDS)[:limit]]
+
+
+def details(workflow_id: uuid.UUID) -> dict[str, Any]:
+    """Everything about one workflow: its columns, steps, children by status and
+    unconsumed events. Raises ``Workflow.DoesNotExist``."""
+    workflow = Workflow.objects.using(conf.DATABASE).get(pk=workflow_id)
+    row = {field: getattr(workflow, field) for field in SUMMARY_FIELDS}
+    steps = workflow.steps.order_by("step_number").values(
+        "step_number", "step_name", "status", "attempts", "started_at", "completed_at", "error_message", "output_data"
+    )
+    children = workflow.children.order_by().values_list("status").annotate(n=Count("pk"))
+    waiting_events = workflow.events.filter(consumed_by_step__isnull=True).order_by("id").values_list("name", flat=True)
+    return {
+        **summary(row, timezone.now()),
+        "deadline": workflow.deadline,
+        "input_data": workflow.input_data,
+        "output_data": workflow.output_data,
+        "error_traceback": workflow.error_traceback,
+        "steps": list(steps),
+        "children": dict(children),
+        "unconsumed_events": list(waiting_events),
+    }
+
+
+def workers(include_gone: bool = False) -> list[dict[str, Any]]:
+    """The worker processes (live and silent; gone too with ``include_gone``),
+    newest first, each with the ids of the runs it holds."""
+    now = timezone.now()
+    found = WorkflowWorker.objects.using(conf.DATABASE).order_by("-started_at")
+    if not include_gone:
+        found = found.filter(gone_at__isnull=True)
+    listed = list(found)
+    held: dict[str, list[str]] = {worker.pk: [] for worker in listed}
+    for workflow_id, worker_id in (
+        worker_rows.held_runs(list(held)).order_by("updated_at").values_list("pk", "worker_id")
+    ):
+        held[str(worker_id)].append(str(workflow_id))
+    return [
+        {
+            "id": worker.pk,
+            "state": worker_rows.state_of(worker, now),
+            "host": worker.host,
+            "pid": worker.pid,
+            "queues": worker.queues,
+            "concurrency": worker.concurrency,
+            "version": worker.version,
+            "started_at": worker.started_at,
+            "last_seen_at": worker.last_seen_at,
+            "gone_at": worker.gone_at,
+            "holds": held[worker.pk],
+        }
+        for worker in listed
+    ]

@@ -6,22 +6,27 @@ docs/performance.md.)"""
 
 from __future__ import annotations
 
+import datetime
 import re
+from decimal import Decimal
 
 import pytest
 from django.db import connection
+from django.db.models.functions import Coalesce
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
+from django.utils import timezone
 
 from orchestration import stats
 from orchestration.admin import limits
-from tests.factories import WorkflowFactory
+from orchestration.models import Workflow
+from tests.factories import WorkflowFactory, WorkflowStepFactory
 
 pytestmark = pytest.mark.django_db
 
 LIST_URL = reverse("admin:orchestration_workflow_changelist")
 
-# 20,000 rows as a month of work leaves them: mostly completed, a few of each
+# 20,000 rows over 30 days, as a month of work leaves them: mostly completed, a few of each
 # rarer kind that a filter picks out. Analyzed, so that the planner weighs them.
 LOAD = """
 INSERT INTO workflows (workflow_type, status, queue, input_data, created_at, updated_at, worker_id, parent_id,
@@ -30,7 +35,7 @@ SELECT CASE WHEN g %% 100 = 0 THEN 'rare_type' ELSE 'three_steps' END,
        CASE WHEN g %% 200 = 1 THEN 'failed' WHEN g %% 200 = 2 THEN 'running' WHEN g %% 200 = 3 THEN 'pending'
             WHEN g %% 200 = 4 THEN 'cancelled' ELSE 'completed' END,
        CASE WHEN g %% 100 = 5 THEN 'rare-queue' ELSE 'default' END,
-       '{}', now() - make_interval(secs => 20000 - g), now() - make_interval(secs => 20000 - g),
+       '{}', now() - make_interval(secs => (20000 - g) * 130), now() - make_interval(secs => (20000 - g) * 130),
        CASE WHEN g %% 200 = 2 THEN 'host:1:ab' END,
        CASE WHEN g %% 1000 = 7 THEN %s::uuid END,
        CASE WHEN g %% 200 = 1 THEN repeat('Traceback line\n', 200) END,
@@ -143,3 +148,41 @@ def test_list__builds_its_queue_choices_without_reading_workflows_and_never_load
     reading_queues = [q["sql"] for q in captured.captured_queries if '"workflows"."queue"' in q["sql"]]
     assert len(reading_queues) == 1 and "LIMIT" in reading_queues[0], reading_queues  # the page's rows only
     assert not any("error_traceback" in q["sql"] for q in captured.captured_queries)
+
+
+# -- the overview's reports read no more than their window --------------------------
+
+
+def test_recent_step_durations__average_the_steps_of_the_last_workflows_started_only():
+    old, new = WorkflowFactory(workflow_type="echo"), WorkflowFactory(workflow_type="echo")
+    Workflow.objects.filter(pk=old.pk).update(created_at=timezone.now() - datetime.timedelta(days=1))
+    moment = timezone.now()
+    for workflow, seconds in ((old, 10), (new, 2)):
+        WorkflowStepFactory(
+            workflow=workflow,
+            step_name="send",
+            started_at=moment - datetime.timedelta(seconds=seconds),
+            completed_at=moment,
+        )
+    assert stats.recent_step_durations(1).as_dicts() == [
+        {"workflow_type": "echo", "step_name": "send", "avg_seconds": Decimal("2.00")}
+    ]
+    assert stats.recent_step_durations(2).as_dicts()[0]["avg_seconds"] == Decimal("6.00")
+    assert stats.step_durations().as_dicts()[0]["avg_seconds"] == Decimal("6.00")  # the seed's, for workflow_stats
+
+
+def test_hourly_outcomes__read_the_rows_created_since_a_day_before_the_window(month):
+    long_run = WorkflowFactory(status="completed", finished_at=timezone.now())
+    Workflow.objects.filter(pk=long_run.pk).update(created_at=timezone.now() - datetime.timedelta(days=3))
+    short_run = WorkflowFactory(status="completed", finished_at=timezone.now())
+    assert stats.hourly_outcomes(24)[-1].completed >= 1
+    with connection.cursor() as cursor:
+        cursor.execute(f"EXPLAIN {stats.HOURLY_OUTCOMES_SQL}", {"back": 23})
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+    assert "Seq Scan on workflows" not in plan, plan
+    counted = sum(bucket.completed for bucket in stats.hourly_outcomes(24))
+    window = timezone.now().replace(minute=0, second=0, microsecond=0) - datetime.timedelta(hours=23)
+    in_window = Workflow.objects.annotate(done=Coalesce("finished_at", "updated_at")).filter(
+        status="completed", created_at__gte=window - datetime.timedelta(days=1), done__gte=window
+    )
+    assert counted == in_window.count() and short_run in in_window and long_run not in in_window

@@ -15,12 +15,13 @@ from tests.support import ROOT, worker_env
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
+SMALL = ("--rows", "5000", "--chunk", "2000", "--repeat", "1")
+
 
 def test_benchmark_admin__times_every_page_and_report_and_drops_its_database():
     before = scratch_databases()
     result = subprocess.run(
-        [sys.executable, str(ROOT / "manage.py"), "benchmark_admin", "--rows", "5000", "--chunk", "2000"]
-        + ["--repeat", "1"],
+        [sys.executable, str(ROOT / "manage.py"), "benchmark_admin", *SMALL],
         cwd=ROOT,
         env=worker_env(),
         capture_output=True,

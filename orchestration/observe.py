@@ -74,18 +74,27 @@ class Instruments:
         self.step_seconds = histogram(
             "orchestration_step_duration_seconds", "Duration of a step that ran, by how it ended.", **timed
         )
+        self._children: dict[tuple[Any, ...], Any] = {}
 
     def attempt_started(self, queue: str, workflow_type: str) -> None:
-        self.started.labels(queue, workflow_type).inc()
+        self._child(self.started, (queue, workflow_type)).inc()
 
     def attempt_ended(self, queue: str, workflow_type: str, outcome: str, seconds: float) -> None:
         counted = COUNTED.get(outcome)
         if counted is not None:
-            self.counters[counted].labels(queue, workflow_type).inc()
-        self.attempt_seconds.labels(queue, workflow_type, COUNTED.get(outcome, outcome)).observe(seconds)
+            self._child(self.counters[counted], (queue, workflow_type)).inc()
+        self._child(self.attempt_seconds, (queue, workflow_type, counted or outcome)).observe(seconds)
 
     def step_ended(self, queue: str, workflow_type: str, outcome: str, seconds: float) -> None:
-        self.step_seconds.labels(queue, workflow_type, outcome).observe(seconds)
+        self._child(self.step_seconds, (queue, workflow_type, outcome)).observe(seconds)
+
+    def _child(self, metric: Any, labels: tuple[str, ...]) -> Any:
+        """``metric.labels(*labels)``, kept: ``labels()`` takes a lock and builds a key on every call."""
+        key = (id(metric), *labels)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*labels)
+        return child
 
 
 _NOT_TRIED: Any = object()

@@ -38,8 +38,17 @@ def _otel() -> Any:
         except ImportError:
             _api = None
         else:
+            trace.get_tracer_provider()  # sets the provider named by OTEL_PYTHON_TRACER_PROVIDER, if any
             _api = (trace, propagate)
     return _api
+
+
+def _provider(trace: Any) -> Any:
+    """The tracer provider set, or None. The API keeps it in a global it sets
+    once; reading that costs nothing, where ``get_tracer_provider()`` reads the
+    environment on every call (microseconds, on each attempt and step)."""
+    provider = getattr(trace, "_TRACER_PROVIDER", _NOT_TRIED)
+    return trace.get_tracer_provider() if provider is _NOT_TRIED else provider
 
 
 def tracer() -> Any:
@@ -50,7 +59,9 @@ def tracer() -> Any:
     if api is None:
         return None
     trace = api[0]
-    provider = trace.get_tracer_provider()
+    provider = _provider(trace)
+    if provider is None:
+        return None
     if provider is not _cached[0]:  # set (or replaced, in tests) since the last look
         off = isinstance(provider, trace.ProxyTracerProvider | trace.NoOpTracerProvider)
         _cached = (provider, None if off else provider.get_tracer(SCOPE))

@@ -8,12 +8,7 @@ from django.core.management.base import BaseCommand, CommandParser
 
 from orchestration.benchmark.admin_pages import AdminBenchmark, Options, render
 
-
-def _positive(value: str) -> int:
-    number = int(value.replace("_", ""))
-    if number < 1:
-        raise ValueError(value)
-    return number
+from .benchmark import _positive
 
 
 class Command(BaseCommand):

@@ -17,7 +17,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from . import enqueue
+from . import enqueue, tracing
 from .conf import conf
 from .errors import InvalidTransition, InvalidWorkflowInput
 from .models import FINISHED_STATUSES, Workflow, WorkflowEvent
@@ -174,7 +174,7 @@ def _new_workflow_options(
         idempotency_key=idempotency_key, run_after=run_after, queue=queue, priority=priority, max_retries=max_retries
     )
     limit = validate_timeout(definition.timeout if timeout is None else timeout)
-    return dict(
+    options = dict(
         workflow_type=workflow_type,
         deadline=timezone.now() + limit if limit is not None else None,
         timeout=limit,
@@ -183,6 +183,10 @@ def _new_workflow_options(
         priority=priority,
         max_retries=max_retries,
     )
+    caller = tracing.caller_context()
+    if caller is not None:  # the run's spans join the caller's trace
+        options["trace_context"] = json.dumps(caller)
+    return options
 
 
 __all__ = [

@@ -13,7 +13,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from . import waits
+from . import observe, waits
 from .api import start_workflow
 from .conf import conf
 from .errors import (
@@ -96,6 +96,16 @@ class WorkflowContext:
     def input(self) -> Any:
         return self._run.input_data
 
+    @property
+    def queue(self) -> str:
+        return self._run.queue
+
+    def next_step(self) -> tuple[int, bool]:
+        """The number the next step gets, and whether it is recorded completed (a replay: it runs nothing)."""
+        recorded = self._recorded.get(self._next_number)
+        return self._next_number, recorded is not None and recorded.status == StepStatus.COMPLETED
+
+    @observe.step
     def step(
         self,
         name: str,
@@ -139,6 +149,7 @@ class WorkflowContext:
         self._completed(number, name, output, started)
         return output
 
+    @observe.step
     def atomic_step(self, name: str, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
         """Like ``step``, but ``fn`` runs inside ``transaction.atomic()`` on the
         orchestration database and the checkpoint is written in that same

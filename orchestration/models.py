@@ -90,6 +90,9 @@ class Workflow(models.Model):
     # Consecutive worker deaths at ``lost_at_step`` (crash-loop quarantine).
     worker_deaths = models.IntegerField(default=0, db_default=0)
     lost_at_step = models.IntegerField(null=True, blank=True)
+    # The trace context (W3C ``traceparent``...) of the code that started the
+    # run, so that its attempts' spans join the caller's trace. NULL: none.
+    trace_context = models.JSONField(null=True, blank=True)
 
     class Meta:
         db_table = "workflows"
@@ -109,6 +112,8 @@ class Workflow(models.Model):
             models.Index(fields=["workflow_type", "created_at"], name="idx_workflows_type_created"),
             # The admin lists newest first; without it an unfiltered page sorts the whole table.
             models.Index(fields=["created_at"], name="idx_workflows_created"),
+            # The admin's and the CLI's queue filter, newest first.
+            models.Index(fields=["queue", "created_at"], name="idx_workflows_queue_created"),
             # Children only: every status change of a run inserts into each
             # index that holds its row, and most runs have no parent.
             models.Index(fields=["parent"], name="idx_workflows_parent", condition=Q(parent__isnull=False)),
@@ -132,6 +137,32 @@ class Workflow(models.Model):
     @property
     def is_finished(self) -> bool:
         return self.status in FINISHED_STATUSES
+
+
+class WorkflowWorker(models.Model):
+    """A ``runworkers`` process: registered when it starts, refreshed by its
+    heartbeat, deleted when it stops; one that stops heartbeating is marked
+    gone by the stuck sweep (``orchestration.worker_rows``)."""
+
+    #: The worker id its runs carry in ``workflows.worker_id``.
+    id = models.CharField(max_length=255, primary_key=True)
+    host = models.CharField(max_length=255)
+    pid = models.IntegerField()
+    #: The names of the queues it serves, as a JSON list; NULL: every queue.
+    queues = models.JSONField(null=True, blank=True)
+    concurrency = models.IntegerField()
+    version = models.CharField(max_length=50)
+    started_at = models.DateTimeField(db_default=Now())
+    last_seen_at = models.DateTimeField(db_default=Now())
+    gone_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        db_table = "workflow_workers"
+        ordering = ["-started_at"]
+        verbose_name = "worker"
+
+    def __str__(self) -> str:
+        return self.id
 
 
 class WorkflowEvent(models.Model):

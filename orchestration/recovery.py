@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from django.db import transaction
 from django.db.models.functions import Now
 
-from . import transitions
+from . import transitions, worker_rows
 from .conf import conf
 from .errors import InvalidTransition
 from .models import StepStatus, Workflow, WorkflowStatus, WorkflowStep
@@ -54,6 +54,8 @@ class ReclaimReport:
     requeued: list[uuid.UUID] = field(default_factory=list)
     failed: list[uuid.UUID] = field(default_factory=list)
     quarantined: list[uuid.UUID] = field(default_factory=list)
+    #: Worker processes marked gone (``worker_rows.mark_gone``).
+    workers_gone: list[str] = field(default_factory=list)
 
     def __bool__(self) -> bool:
         return bool(self.requeued or self.failed or self.quarantined)
@@ -82,6 +84,7 @@ def reclaim_stuck(stuck_after: float | None = None, batch: int = 500) -> Reclaim
             lost_step = row["current_step"] + 1
             reason = f"{WORKER_LOST}: {row['worker_id'] or 'a worker'} stopped heartbeating during step {lost_step}"
             _reclaim(row, reason, report)
+        report.workers_gone = worker_rows.mark_gone(stuck_after)
     for workflow_id in report.requeued:
         logger.warning("workflow %s: worker lost, requeued", workflow_id)
     for workflow_id in report.failed + report.quarantined:

@@ -93,6 +93,40 @@ def step_durations() -> Report:
     return _run("Average duration of completed steps", STEP_DURATIONS_SQL)
 
 
+# The seed's report over the steps of the last workflows started, for the
+# overview: the seed's own reads every step ever recorded (seconds on millions).
+RECENT_STEP_DURATIONS_SQL = """
+SELECT
+    w.workflow_type,
+    s.step_name,
+    ROUND(AVG(EXTRACT(EPOCH FROM s.took))::numeric, 2) AS avg_seconds
+FROM (SELECT id, workflow_type FROM workflows ORDER BY created_at DESC LIMIT %(workflows)s) w
+CROSS JOIN LATERAL (
+    -- OFFSET 0 keeps it a lookup of each workflow's steps: joined whole, the
+    -- planner would hash every step row of the table.
+    SELECT ws.step_name, ws.completed_at - ws.started_at AS took
+    FROM workflow_steps ws
+    WHERE ws.workflow_id = w.id AND ws.status = 'completed'
+    OFFSET 0
+) s
+GROUP BY w.workflow_type, s.step_name
+ORDER BY avg_seconds DESC;
+"""
+
+#: Workflows whose steps the overview averages (``recent_step_durations``).
+RECENT_WORKFLOWS = 10_000
+
+
+def recent_step_durations(workflows: int = RECENT_WORKFLOWS) -> Report:
+    """``step_durations`` over the steps of the last ``workflows`` workflows started
+    (the overview's: one index lookup per workflow, however long the history)."""
+    return _run(
+        f"Average duration of completed steps, last {workflows:,} workflows",
+        RECENT_STEP_DURATIONS_SQL,
+        {"workflows": workflows},
+    )
+
+
 def all_reports(hours: int = 24) -> list[Report]:
     return [success_rate(hours), stuck_workflows(), step_durations()]
 
@@ -114,13 +148,16 @@ GROUP BY queue
 ORDER BY queue;
 """
 
-# One pass over the window's finished rows, grouped by hour, then joined to
-# every hour of the window so that quiet hours read as zero.
+# One pass over the rows created since a day before the window (a range of
+# idx_workflows_status: no read of the older history), those that finished in
+# the window grouped by hour, then joined to every hour of the window so that
+# quiet hours read as zero. A run that took more than a day is left out.
 HOURLY_OUTCOMES_SQL = """
 WITH finished AS (
     SELECT date_trunc('hour', COALESCE(finished_at, updated_at)) AS hour, status
     FROM workflows
     WHERE status IN ('completed', 'failed')
+      AND created_at >= date_trunc('hour', now()) - make_interval(hours => %(back)s) - INTERVAL '1 day'
       AND COALESCE(finished_at, updated_at) >= date_trunc('hour', now()) - make_interval(hours => %(back)s)
 )
 SELECT
@@ -208,7 +245,8 @@ def waiting_counts() -> dict[str, int]:
 
 def hourly_outcomes(hours: int = 24) -> list[HourlyOutcome]:
     """Workflows completed and failed in each of the last ``hours`` hours (the
-    current one included), oldest first."""
+    current one included), oldest first; of those created at most a day before
+    the window (see ``HOURLY_OUTCOMES_SQL``)."""
     report = _run(f"Completed and failed per hour, last {hours} hours", HOURLY_OUTCOMES_SQL, {"back": hours - 1})
     return [HourlyOutcome(hour, completed, failed) for hour, completed, failed in report.rows]
 

@@ -8,16 +8,20 @@ those listed before it:
 - ``filters``: the list's filters; ``inlines``: a workflow's steps;
 - ``actions``: retry, restart, cancel, requeue, as the Python API does them;
 - ``forms`` and ``views``: the overview, step repairs and sending an event;
-- ``workflow_admin``: ``WorkflowAdmin``, which puts them together.
+- ``limits``: the list's statement timeout;
+- ``workflow_admin``: ``WorkflowAdmin``, which puts them together;
+- ``workers``: ``WorkerAdmin``, the ``runworkers`` processes and what each holds.
 """
 
 from __future__ import annotations
 
 from django.contrib import admin
 
-from ..models import Workflow
+from ..models import Workflow, WorkflowWorker
+from .workers import WorkerAdmin
 from .workflow_admin import WorkflowAdmin
 
 admin.site.register(Workflow, WorkflowAdmin)
+admin.site.register(WorkflowWorker, WorkerAdmin)
 
-__all__ = ["WorkflowAdmin"]
+__all__ = ["WorkerAdmin", "WorkflowAdmin"]

@@ -20,7 +20,8 @@ from django.utils.html import format_html
 from django.utils.http import urlencode
 from django.utils.safestring import SafeString
 
-from ..models import Workflow
+from ..conf import conf
+from ..models import Workflow, WorkflowWorker
 from ..waits import WAIT_FOREVER, PendingReason, Wait, pending_reason
 
 #: Longest JSON text shown on a page; the rest is cut, with a note.
@@ -122,3 +123,19 @@ def change_url(workflow_id: Any) -> str:
 def changelist_url(**filters: str) -> str:
     url = reverse("admin:orchestration_workflow_changelist")
     return f"{url}?{urlencode(filters)}" if filters else url
+
+
+def worker_url(worker_id: str) -> str:
+    return reverse("admin:orchestration_workflowworker_change", args=[quote(worker_id)])
+
+
+def worker_link(worker_id: str | None) -> SafeString | str:
+    """A run's worker, linked to its page while its row exists (a stopped
+    worker's row is deleted; a dead one's is kept a day, marked gone)."""
+    if not worker_id:
+        return "—"
+    row = WorkflowWorker.objects.using(conf.DATABASE).filter(pk=worker_id).values("gone_at").first()
+    if row is None:
+        return format_html('{} <span class="orch-muted">(stopped)</span>', worker_id)
+    gone = format_html(' <span class="orch-badge orch-failed">gone</span>') if row["gone_at"] else ""
+    return format_html('<a href="{}">{}</a>{}', worker_url(worker_id), worker_id, gone)

@@ -15,8 +15,10 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 
 from .. import stats
-from ..models import Workflow, WorkflowStatus
-from ..registry import registered_workflows
+from ..conf import conf
+from ..listing import held_by_q
+from ..models import Workflow, WorkflowWorker
+from ..registry import known_queues, registered_workflows
 from ..waits import PendingReason, WaitKind, pending_q
 
 
@@ -40,11 +42,11 @@ class QueueFilter(admin.SimpleListFilter):
     parameter_name = "queue"
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        # No index covers every row's queue: offer the registered queues and
-        # those that hold unfinished work (read through the status index).
-        queues = {"default", *(definition.queue for definition in registered_workflows().values())}
-        unfinished = Workflow.objects.filter(status__in=(WorkflowStatus.PENDING, WorkflowStatus.RUNNING))
-        queues.update(unfinished.order_by().values_list("queue", flat=True).distinct())
+        # No scan of the table: the queues something can put work on, and
+        # those the registered worker processes serve.
+        queues = known_queues()
+        for served in WorkflowWorker.objects.using(conf.DATABASE).values_list("queues", flat=True):
+            queues.update(served or ())
         if self.value():
             queues.add(str(self.value()))
         return [(name, name) for name in sorted(queues)]
@@ -93,3 +95,17 @@ class ParentFilter(admin.SimpleListFilter):
         except ValueError as exc:
             raise IncorrectLookupParameters(exc) from None
         return queryset.filter(parent_id=parent_id)
+
+
+class WorkerFilter(admin.SimpleListFilter):
+    """The runs one worker process holds (``?worker=<id>``, linked from the workers page); offered only when in use."""
+
+    title = "held by worker"
+    parameter_name = "worker"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        value = self.value()
+        return [(str(value), f"held by {value}")] if value else []
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Workflow]) -> QuerySet[Workflow]:
+        return queryset.filter(held_by_q(str(self.value()))) if self.value() else queryset

@@ -99,7 +99,7 @@ def overview(model_admin: WorkflowConsole, request: HttpRequest) -> HttpResponse
         raise PermissionDenied
     success, success_problem = _bounded(stats.success_rate)
     stuck, stuck_problem = _bounded(stats.stuck_workflows)
-    durations, durations_problem = _bounded(stats.step_durations)
+    durations, durations_problem = _bounded(stats.recent_step_durations)
     depth, depth_problem = _bounded(stats.queue_depth)
     waiting, waiting_problem = _bounded(stats.waiting_counts)
     hourly, hourly_problem = _bounded(stats.hourly_outcomes, 24)
@@ -127,6 +127,7 @@ def overview(model_admin: WorkflowConsole, request: HttpRequest) -> HttpResponse
         "stuck_list_url": changelist_url(status__exact="running", o=_column_index(model_admin, request, "heartbeat")),
         "stuck_problem": stuck_problem,
         "durations": durations.as_dicts() if durations else [],
+        "recent_workflows": f"{stats.RECENT_WORKFLOWS:,}",
         "durations_problem": durations_problem,
         "depth": [
             {

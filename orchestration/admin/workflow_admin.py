@@ -9,14 +9,13 @@ paginator estimates instead of counting past a bound.
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Callable
 from typing import Any
 
 from django.contrib import admin
 from django.contrib.admin.utils import flatten_fieldsets
 from django.contrib.admin.views.main import ChangeList
-from django.db.models import Count, IntegerField, OuterRef, Q, QuerySet, Subquery
+from django.db.models import Count, IntegerField, OuterRef, QuerySet, Subquery
 from django.db.models.functions import Coalesce
 from django.http import HttpRequest, HttpResponse
 from django.template.loader import render_to_string
@@ -27,6 +26,7 @@ from django.utils.safestring import SafeString
 
 from .. import charts
 from ..conf import conf
+from ..listing import search_q
 from ..models import FINISHED_STATUSES, StepStatus, Workflow, WorkflowStatus, WorkflowStep
 from ..pagination import EstimatedCountPaginator
 from ..waits import WAIT_FOREVER
@@ -42,19 +42,12 @@ from .display import (
     timestamp_column,
     waiting_until,
     waiting_what,
+    worker_link,
 )
-from .filters import ParentFilter, PendingFilter, QueueFilter, WorkflowTypeFilter
+from .filters import ParentFilter, PendingFilter, QueueFilter, WorkerFilter, WorkflowTypeFilter
 from .inlines import WorkflowStepInline
+from .limits import time_limited
 from .views import overview, retry_from_step, send_event, send_event_context, skip_step
-
-
-def uuid_prefix_range(term: str) -> tuple[uuid.UUID, uuid.UUID] | None:
-    """The ids that start with ``term`` (hex digits, dashes ignored) as an
-    inclusive range, which the primary key index answers directly."""
-    digits = term.replace("-", "").lower()
-    if not 1 <= len(digits) <= 32 or any(char not in "0123456789abcdef" for char in digits):
-        return None
-    return uuid.UUID(digits.ljust(32, "0")), uuid.UUID(digits.ljust(32, "f"))
 
 
 def _step_count(**conditions: Any) -> Coalesce:
@@ -79,6 +72,16 @@ def _children_by_status(workflow: Workflow) -> dict[str, int]:
 
 
 class WorkflowChangeList(ChangeList):
+    def get_ordering_field(self, field_name: Any) -> Any:
+        # A column the admin does not offer to sort on is not sorted on by a hand-made ``?o=`` either.
+        if self.sortable_by is not None and field_name not in self.sortable_by:
+            return None
+        return super().get_ordering_field(field_name)
+
+    def get_ordering(self, request: HttpRequest, queryset: QuerySet[Workflow]) -> list[Any]:
+        ordering = super().get_ordering(request, queryset)
+        return ordering if ordering != ["-pk"] else ["-created_at", "-pk"]  # asked for no sort it offers
+
     def get_queryset(self, request: HttpRequest, exclude_parameters: Any = None) -> QuerySet[Workflow]:
         queryset = super().get_queryset(request, exclude_parameters)
         # The list shows neither payloads nor tracebacks, which can be large.
@@ -110,6 +113,7 @@ class WorkflowAdmin(admin.ModelAdmin):
         QueueFilter,
         ("created_at", admin.DateFieldListFilter),
         ParentFilter,
+        WorkerFilter,
     )
     # Replaced by get_search_results; declared so the search box shows.
     search_fields = ("=id", "=workflow_type", "=idempotency_key")
@@ -122,7 +126,7 @@ class WorkflowAdmin(admin.ModelAdmin):
                     ("workflow_type", "status_label"),
                     ("queue", "priority"),
                     ("attempts_label", "current_step"),
-                    ("idempotency_key", "worker_id"),
+                    ("idempotency_key", "worker"),
                 )
             },
         ),
@@ -155,6 +159,10 @@ class WorkflowAdmin(admin.ModelAdmin):
     inlines = [WorkflowStepInline]
     # Each names the has_<permission>_permission below that guards it.
     actions = [retry_workflows, restart_workflows, cancel_workflows, requeue_stuck_workflows]
+    #: The sorts an index answers: by creation (``idx_workflows_created``, and the
+    #: index of each filter, which all end in created_at), and by heartbeat among
+    #: running runs (``idx_workflows_running``); see ``get_sortable_by``.
+    sortable_by = ("created",)
     paginator = EstimatedCountPaginator
     show_full_result_count = False
     show_facets = admin.ShowFacets.NEVER
@@ -185,6 +193,14 @@ class WorkflowAdmin(admin.ModelAdmin):
         """Sending an event changes what a workflow does next, as a retry does: the same permission guards it."""
         return request.user.has_perm("orchestration.retry_workflow")
 
+    def get_sortable_by(self, request: HttpRequest) -> Any:
+        if request.GET.get("status__exact") == WorkflowStatus.RUNNING:
+            return (*self.sortable_by, "heartbeat")
+        return self.sortable_by
+
+    def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> HttpResponse:
+        return time_limited(self, request, lambda: super(WorkflowAdmin, self).changelist_view(request, extra_context))
+
     def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> Any:
         fieldsets = super().get_fieldsets(request, obj)
         return [
@@ -210,11 +226,7 @@ class WorkflowAdmin(admin.ModelAdmin):
         term = search_term.strip()
         if not term:
             return queryset, False
-        condition = Q(workflow_type=term) | Q(idempotency_key=term)
-        ids = uuid_prefix_range(term)
-        if ids is not None:
-            condition |= Q(pk__gte=ids[0], pk__lte=ids[1])
-        return queryset.filter(condition), False
+        return queryset.filter(search_q(term)), False
 
     @admin.display(description="id", ordering="id")
     def short_id(self, obj: Workflow) -> str:
@@ -269,6 +281,10 @@ class WorkflowAdmin(admin.ModelAdmin):
     @admin.display(description="until")
     def waiting_until_label(self, obj: Workflow) -> SafeString | str:
         return waiting_until(obj.run_after)
+
+    @admin.display(description="worker")
+    def worker(self, obj: Workflow) -> SafeString | str:
+        return worker_link(obj.worker_id)
 
     @admin.display(description="parent")
     def parent_link(self, obj: Workflow) -> SafeString | str:

@@ -40,12 +40,13 @@ class ScratchDatabase:
         self.alias = f"benchmark_{self.label}"
 
     @contextlib.contextmanager
-    def created(self, keep: bool = False) -> Iterator[None]:
+    def created(self, keep: bool = False, every_app: bool = False) -> Iterator[None]:
         with connections[self.source_alias].cursor() as cursor:
             cursor.execute(f'CREATE DATABASE "{self.name}"')
         connections.settings[self.alias] = {**connections.settings[self.source_alias], "NAME": self.name}
         try:
-            call_command("migrate", "orchestration", database=self.alias, verbosity=0)
+            apps = [] if every_app else ["orchestration"]  # every app: users, sessions, the admin's log
+            call_command("migrate", *apps, database=self.alias, verbosity=0)
             yield
         finally:
             connections[self.alias].close()

@@ -16,6 +16,7 @@ from collections.abc import Callable
 
 from django.utils import timezone
 
+from .. import observe
 from ..claims import FinishedRun
 from ..context import WorkflowContext
 from ..errors import (
@@ -46,6 +47,7 @@ class Outcome(enum.StrEnum):
     ABANDONED = "abandoned"
 
 
+@observe.attempt
 def execute(
     run: Lease,
     *,

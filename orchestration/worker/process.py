@@ -21,6 +21,7 @@ from typing import Any
 
 from django.db import connections
 
+from .. import worker_rows
 from ..conf import conf
 from ..errors import CONNECTION_ERRORS
 from ..lease import Lease, OutagePolicy
@@ -100,6 +101,7 @@ class Worker:
             ", burst" if self.burst else "",
         )
         services = Services(self.dispatcher, listen=self.listen, schedule=not self.burst, on_death=self._thread_died)
+        worker_rows.register(self.worker_id, queues=self.queues, concurrency=self.concurrency)
         services.start()
         threads = [
             threading.Thread(target=self._worker_thread, name=f"orchestration-worker-{n}", daemon=True)
@@ -112,6 +114,7 @@ class Worker:
         finally:
             self.dispatcher.wake_all()
             services.stop()
+            worker_rows.remove(self.worker_id)
             for signum, handler in previous_handlers.items():
                 signal.signal(signum, handler)
             connections.close_all()

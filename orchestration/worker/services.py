@@ -16,7 +16,7 @@ from typing import Any
 
 from django.db import DatabaseError, connections
 
-from .. import recovery, sql
+from .. import recovery, sql, worker_rows
 from ..conf import conf
 from ..schedules import scheduled_workflows, start_due_runs
 from .dispatch import Dispatcher
@@ -85,6 +85,7 @@ class Services:
                     if run in held:  # not merely finished since the snapshot
                         logger.warning("workflow %s: lease lost (reclaimed or cancelled); stopping it", run.id)
                         run.lost.set()
+                worker_rows.beat(self.worker_id)
             except Exception as exc:
                 self._failed("heartbeat", exc)
 

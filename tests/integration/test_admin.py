@@ -12,7 +12,7 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
-from orchestration.models import Workflow, WorkflowStep
+from orchestration.models import Workflow, WorkflowStep, WorkflowWorker
 from orchestration.pagination import EstimatedCountPaginator
 from tests.admin_support import failed_three_steps, staff_user, stuck_running
 from tests.factories import WorkflowFactory, WorkflowStepFactory
@@ -115,13 +115,16 @@ def test_workflow_list__filters_by_status_type_queue_and_created_date(admin_clie
     assert str(old.pk) not in recent and str(echo.pk) in recent
 
 
-def test_workflow_list__filters_offer_types_and_queues_in_use_and_registered(admin_client):
+def test_workflow_list__filters_offer_types_in_use_and_registered_and_queues_known_or_served(admin_client):
     WorkflowFactory(workflow_type="from_sql_only", status="pending", queue="sql-queue")
+    WorkflowWorker.objects.create(id="w:1:ab", host="w", pid=1, queues=["served-queue"], concurrency=1, version="x")
     response = admin_client.get(LIST_URL)
     html = response.content.decode()
     assert "?workflow_type=from_sql_only" in html  # in the table, registered by no app
     assert "?workflow_type=always_fails" in html  # registered, no row yet
-    assert "?queue=sql-queue" in html and "?queue=other" in html
+    # Registered, and served by a worker; the pending rows are not read for them.
+    assert "?queue=other" in html and "?queue=served-queue" in html
+    assert "?queue=sql-queue" not in html
 
 
 def test_workflow_list__searches_by_id_prefix_full_id_type_and_idempotency_key(admin_client):

@@ -107,7 +107,7 @@ def test_overview__a_report_that_runs_too_long_is_cancelled_and_the_rest_still_s
             cursor.execute("SELECT pg_sleep(5)")
 
     monkeypatch.setattr(admin_views, "REPORT_TIME_LIMIT", 0.05)
-    monkeypatch.setattr(stats, "step_durations", slow_report)
+    monkeypatch.setattr(stats, "recent_step_durations", slow_report)
     response = admin_client.get(OVERVIEW_URL)
     html = response.content.decode()
     assert response.status_code == 200

@@ -6,7 +6,9 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from orchestration import observe
 from orchestration.conf import conf
+from orchestration.metrics import INSTALL_HINT
 from orchestration.registry import known_queues
 from orchestration.validation import InvalidWorkflowInput, validate_queue
 from orchestration.worker import Worker
@@ -55,6 +57,9 @@ class Command(BaseCommand):
             help="runs kept claimed ahead of the threads while runs are short; 0: never (default: CLAIM_AHEAD, "
             "one a thread)",
         )
+        parser.add_argument(
+            "--metrics-port", type=_positive_int, default=None, help="serve this process's Prometheus metrics there"
+        )
         parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -74,6 +79,8 @@ class Command(BaseCommand):
                     "Declare extra queues in ORCHESTRATION['QUEUES']."
                 )
         self._configure_logging(options["log_level"])
+        if options["metrics_port"]:
+            self._serve_metrics(options["metrics_port"])
         worker = Worker(
             concurrency=options["concurrency"] or conf.CONCURRENCY,
             queues=queues,
@@ -87,6 +94,14 @@ class Command(BaseCommand):
             raise CommandError(
                 f"worker thread(s) {', '.join(worker.dead_threads)} died; see the log", returncode=status
             )
+
+    def _serve_metrics(self, port: int) -> None:
+        try:
+            observe.serve(port)
+        except ImportError:
+            raise CommandError(f"--metrics-port: {INSTALL_HINT.strip()}") from None
+        except OSError as exc:
+            raise CommandError(f"--metrics-port {port}: {exc}") from None
 
     def _configure_logging(self, level: str) -> None:
         package_logger = logging.getLogger("orchestration")

@@ -1,0 +1,204 @@
+"""Finding workflows as the admin's list finds them, for the admin and the
+``workflows`` command alike: its filters and its search, each answered by an
+index of ``workflows`` however many finished rows the table keeps.
+
+- status: ``idx_workflows_status`` (status, created_at);
+- type: ``idx_workflows_type_created``; queue: ``idx_workflows_queue_created``;
+- why pending: the pending rows (``waits.pending_q``);
+- created since: ``idx_workflows_created``; parent: ``idx_workflows_parent``;
+- held by a worker: the running rows (``idx_workflows_running``);
+- search: the primary key (an id or its first characters), the type index, the
+  idempotency key's unique index.
+
+Every list is newest first, which each of those indexes gives in order.
+"""
+
+from __future__ import annotations
+
+import datetime
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from django.db.models import Count, Q, QuerySet
+from django.utils import timezone
+
+from . import worker_rows
+from .conf import conf
+from .models import Workflow, WorkflowStatus, WorkflowWorker
+from .waits import PendingReason, WaitKind, pending_q, pending_reason
+
+#: The values of "why pending": ``waits.PendingReason`` and ``waits.WaitKind``.
+PENDING_REASONS: dict[str, PendingReason | WaitKind] = {reason.value: reason for reason in (*PendingReason, *WaitKind)}
+
+
+class InvalidFilter(ValueError):
+    """A filter's value is not one the list knows; the message says which are."""
+
+
+def uuid_prefix_range(term: str) -> tuple[uuid.UUID, uuid.UUID] | None:
+    """The ids that start with ``term`` (hex digits, dashes ignored) as an
+    inclusive range, which the primary key index answers directly."""
+    digits = term.replace("-", "").lower()
+    if not 1 <= len(digits) <= 32 or any(char not in "0123456789abcdef" for char in digits):
+        return None
+    return uuid.UUID(digits.ljust(32, "0")), uuid.UUID(digits.ljust(32, "f"))
+
+
+def search_q(term: str) -> Q:
+    """An exact type, an idempotency key, or an id (or its first characters)."""
+    term = term.strip()
+    condition = Q(workflow_type=term) | Q(idempotency_key=term)
+    ids = uuid_prefix_range(term)
+    if ids is not None:
+        condition |= Q(pk__gte=ids[0], pk__lte=ids[1])
+    return condition
+
+
+def held_by_q(worker_id: str) -> Q:
+    """The runs a worker holds: running, with its id."""
+    return Q(status=WorkflowStatus.RUNNING, worker_id=worker_id)
+
+
+def parse_uuid(value: str, what: str = "") -> uuid.UUID:
+    try:
+        return uuid.UUID(str(value).strip())
+    except ValueError:
+        raise InvalidFilter(f"{what} {value!r} is not a workflow id (a UUID).".lstrip()) from None
+
+
+@dataclass(frozen=True)
+class Filters:
+    """The admin list's filters and search; None: not filtered on."""
+
+    status: str | None = None
+    pending: str | None = None
+    workflow_type: str | None = None
+    queue: str | None = None
+    created_since: datetime.datetime | None = None
+    parent: str | None = None
+    worker: str | None = None
+    search: str | None = None
+
+    def q(self) -> Q:
+        """The condition, or ``InvalidFilter`` naming the value at fault and those allowed."""
+        condition = Q()
+        if self.status is not None:
+            if self.status not in WorkflowStatus.values:
+                raise InvalidFilter(f"Unknown status {self.status!r}: one of {', '.join(WorkflowStatus.values)}.")
+            condition &= Q(status=self.status)
+        if self.pending is not None:
+            reason = PENDING_REASONS.get(self.pending)
+            if reason is None:
+                raise InvalidFilter(f"Unknown pending reason {self.pending!r}: one of {', '.join(PENDING_REASONS)}.")
+            condition &= pending_q(reason)
+        if self.workflow_type is not None:
+            condition &= Q(workflow_type=self.workflow_type)
+        if self.queue is not None:
+            condition &= Q(queue=self.queue)
+        if self.created_since is not None:
+            condition &= Q(created_at__gte=self.created_since)
+        if self.parent is not None:
+            condition &= Q(parent_id=parse_uuid(self.parent, "Parent"))
+        if self.worker is not None:
+            condition &= held_by_q(self.worker)
+        if self.search:
+            condition &= search_q(self.search)
+        return condition
+
+
+def filtered(filters: Filters) -> QuerySet[Workflow]:
+    """The workflows ``filters`` select, newest first."""
+    return Workflow.objects.using(conf.DATABASE).filter(filters.q()).order_by("-created_at", "-pk")
+
+
+# -- what the workflows command shows ---------------------------------------------
+
+#: The columns of a workflow the list shows (never the payloads, nor the traceback).
+SUMMARY_FIELDS = (
+    "id",
+    "workflow_type",
+    "status",
+    "queue",
+    "priority",
+    "current_step",
+    "attempts",
+    "max_retries",
+    "idempotency_key",
+    "worker_id",
+    "parent_id",
+    "waiting_for",
+    "run_after",
+    "error_message",
+    "created_at",
+    "updated_at",
+    "started_at",
+    "finished_at",
+)
+
+
+def summary(row: dict[str, Any], now: datetime.datetime) -> dict[str, Any]:
+    """A workflow as the list shows it, with why it is pending (``waits.PendingReason``) when it is."""
+    why = None
+    if row["status"] == WorkflowStatus.PENDING:
+        why = pending_reason(row["run_after"], row["waiting_for"], row["error_message"], now).value
+    return {**row, "pending_reason": why}
+
+
+def rows(filters: Filters, limit: int) -> list[dict[str, Any]]:
+    """The first ``limit`` workflows ``filters`` select, newest first, as ``summary`` gives them."""
+    now = timezone.now()
+    return [summary(row, now) for row in filtered(filters).values(*SUMMARY_FIELDS)[:limit]]
+
+
+def details(workflow_id: uuid.UUID) -> dict[str, Any]:
+    """Everything about one workflow: its columns, steps, children by status and
+    unconsumed events. Raises ``Workflow.DoesNotExist``."""
+    workflow = Workflow.objects.using(conf.DATABASE).get(pk=workflow_id)
+    row = {field: getattr(workflow, field) for field in SUMMARY_FIELDS}
+    steps = workflow.steps.order_by("step_number").values(
+        "step_number", "step_name", "status", "attempts", "started_at", "completed_at", "error_message", "output_data"
+    )
+    children = workflow.children.order_by().values_list("status").annotate(n=Count("pk"))
+    waiting_events = workflow.events.filter(consumed_by_step__isnull=True).order_by("id").values_list("name", flat=True)
+    return {
+        **summary(row, timezone.now()),
+        "deadline": workflow.deadline,
+        "input_data": workflow.input_data,
+        "output_data": workflow.output_data,
+        "error_traceback": workflow.error_traceback,
+        "steps": list(steps),
+        "children": dict(children),
+        "unconsumed_events": list(waiting_events),
+    }
+
+
+def workers(include_gone: bool = False) -> list[dict[str, Any]]:
+    """The worker processes (live and silent; gone too with ``include_gone``),
+    newest first, each with the ids of the runs it holds."""
+    now = timezone.now()
+    found = WorkflowWorker.objects.using(conf.DATABASE).order_by("-started_at")
+    if not include_gone:
+        found = found.filter(gone_at__isnull=True)
+    listed = list(found)
+    held: dict[str, list[str]] = {worker.pk: [] for worker in listed}
+    for workflow_id, worker_id in (
+        worker_rows.held_runs(list(held)).order_by("updated_at").values_list("pk", "worker_id")
+    ):
+        held[str(worker_id)].append(str(workflow_id))
+    return [
+        {
+            "id": worker.pk,
+            "state": worker_rows.state_of(worker, now),
+            "host": worker.host,
+            "pid": worker.pid,
+            "queues": worker.queues,
+            "concurrency": worker.concurrency,
+            "version": worker.version,
+            "started_at": worker.started_at,
+            "last_seen_at": worker.last_seen_at,
+            "gone_at": worker.gone_at,
+            "holds": held[worker.pk],
+        }
+        for worker in listed
+    ]

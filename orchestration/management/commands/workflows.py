@@ -1,0 +1,304 @@
+"""``manage.py workflows list|show|workers|retry|restart|cancel|send-event|pause|resume``:
+the operator's console from a shell, each verb with ``--json``.
+
+A shell over ``orchestration.listing`` (the admin list's filters and search)
+and ``orchestration.api`` (the same repairs as the admin's actions). Exit
+status: 0 done; 2 a bad argument (an id, a filter, a payload); 3 no such
+workflow; 4 refused in its state (the message says why); 5 not available
+here; 1 anything else (a statement timeout, say).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import uuid
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import psycopg
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.serializers.json import DjangoJSONEncoder
+from django.db import OperationalError
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
+
+import orchestration
+from orchestration import api, listing, stats
+from orchestration.errors import InvalidTransition, InvalidWorkflowInput
+from orchestration.models import Workflow
+
+BAD_ARGUMENT, NOT_FOUND, REFUSED, UNAVAILABLE = 2, 3, 4, 5
+
+#: Seconds a read may take before PostgreSQL cancels it (``--timeout``).
+READ_TIME_LIMIT = 30.0
+
+
+def _since(value: str) -> datetime.datetime:
+    """An ISO date or moment, or an age: ``90m``, ``6h``, ``7d``."""
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+    if value[-1:] in units and value[:-1].replace(".", "", 1).isdigit():
+        return timezone.now() - datetime.timedelta(seconds=float(value[:-1]) * units[value[-1]])
+    try:
+        moment = parse_datetime(value) or parse_datetime(f"{value}T00:00:00")
+    except ValueError:
+        moment = None
+    if moment is None:
+        raise argparse.ArgumentTypeError(f"{value!r} is neither a date, a moment (ISO 8601) nor an age (90m, 6h, 7d)")
+    return moment if timezone.is_aware(moment) else timezone.make_aware(moment)
+
+
+class Command(BaseCommand):
+    help = "Watch and repair workflows: list, show, workers, retry, restart, cancel, send-event, pause, resume."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        verbs = parser.add_subparsers(dest="verb", required=True, metavar="VERB", parser_class=type(parser))
+        common: dict[str, Any] = {"called_from_command_line": getattr(parser, "called_from_command_line", None)}
+
+        def verb(name: str, help: str) -> CommandParser:
+            sub = verbs.add_parser(name, help=help, description=help, **common)
+            sub.add_argument("--json", action="store_true", help="print JSON, for scripts")
+            sub.add_argument("--timeout", type=float, default=READ_TIME_LIMIT, help="seconds a read may take")
+            return sub
+
+        found = verb("list", "Workflows, newest first, with the admin list's filters.")
+        found.add_argument("--status", help="pending, running, completed, failed or cancelled")
+        found.add_argument("--pending", metavar="WHY", help="due, waiting, timer, event, children, retrying, scheduled")
+        found.add_argument("--type", dest="workflow_type", help="a workflow type")
+        found.add_argument("--queue", help="a queue")
+        found.add_argument("--since", type=_since, help="created since: a date, a moment or an age (6h, 7d)")
+        found.add_argument("--parent", help="the children of this workflow")
+        found.add_argument("--worker", help="the runs this worker holds")
+        found.add_argument("--search", help="an id (or its first characters), an exact type or an idempotency key")
+        found.add_argument("--limit", type=int, default=50, help="how many (default 50)")
+        verb("show", "One workflow: its columns, steps, children and waiting events.").add_argument("id")
+        verb("workers", "The runworkers processes and what each holds.").add_argument(
+            "--all", action="store_true", help="with the workers marked gone"
+        )
+        retry = verb("retry", "Send failed or cancelled workflows back to pending, completed steps kept.")
+        retry.add_argument("ids", nargs="+", metavar="ID")
+        retry.add_argument("--from-step", type=int, help="run this step and every later one again")
+        verb("restart", "Run finished workflows again from their first step.").add_argument("ids", nargs="+")
+        cancel = verb("cancel", "Cancel pending or running workflows.")
+        cancel.add_argument("ids", nargs="+", metavar="ID")
+        cancel.add_argument("--reason", default="Cancelled by an operator.", help="stored as the error message")
+        event = verb("send-event", "Send an event (a JSON payload) to a workflow.")
+        event.add_argument("id")
+        event.add_argument("name")
+        event.add_argument("--payload", default="null", help="JSON (default null)")
+        verb("pause", "Pause a queue: its workflows wait, running ones finish.").add_argument("queue")
+        verb("resume", "Resume a paused queue.").add_argument("queue")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        verb = options["verb"].replace("-", "_")
+        handler: Callable[[dict[str, Any]], Any] = getattr(self, f"_{verb}")
+        try:
+            result = handler(options)
+        except OperationalError as exc:
+            if not isinstance(exc.__cause__, psycopg.errors.QueryCanceled):
+                raise
+            raise CommandError(
+                f"The read took longer than {options['timeout']:g} s and was cancelled: narrow the filters, "
+                "or raise --timeout."
+            ) from None
+        if result is not None:
+            self.stdout.write(json.dumps(result, cls=DjangoJSONEncoder, indent=2))
+
+    # -- reads ---------------------------------------------------------------------
+
+    def _list(self, options: dict[str, Any]) -> Any:
+        if options["limit"] < 1:
+            raise CommandError("--limit must be 1 or more.", returncode=BAD_ARGUMENT)
+        filters = listing.Filters(
+            status=options["status"],
+            pending=options["pending"],
+            workflow_type=options["workflow_type"],
+            queue=options["queue"],
+            created_since=options["since"],
+            parent=options["parent"],
+            worker=options["worker"],
+            search=options["search"],
+        )
+        try:
+            filters.q()
+        except listing.InvalidFilter as exc:
+            raise CommandError(str(exc), returncode=BAD_ARGUMENT) from None
+        with stats.time_limit(options["timeout"]):
+            found = listing.rows(filters, options["limit"])
+        if options["json"]:
+            return found
+        table = [
+            (
+                *(str(row["id"]), row["workflow_type"], _status(row), row["queue"], str(row["current_step"])),
+                *(f"{row['attempts']}/{row['max_retries'] + 1}", _moment(row["created_at"])),
+            )
+            for row in found
+        ]
+        self._table(("id", "type", "status", "queue", "step", "attempts", "created"), table, "no workflow matches")
+        return None
+
+    def _show(self, options: dict[str, Any]) -> Any:
+        workflow_id = _workflow_id(options["id"])
+        with stats.time_limit(options["timeout"]):
+            try:
+                found = listing.details(workflow_id)
+            except Workflow.DoesNotExist:
+                raise CommandError(f"No workflow {workflow_id}.", returncode=NOT_FOUND) from None
+        if options["json"]:
+            return found
+        for label, key in (("id", "id"), ("type", "workflow_type"), ("queue", "queue"), ("priority", "priority")):
+            self.stdout.write(f"{label + ':':<12}{found[key]}")
+        self.stdout.write(f"{'status:':<12}{_status(found)}")
+        self.stdout.write(f"{'attempts:':<12}{found['attempts']} of {found['max_retries'] + 1}")
+        for key in ("idempotency_key", "worker_id", "parent_id", "waiting_for", "run_after", "deadline"):
+            if found[key] is not None:
+                self.stdout.write(f"{key.replace('_', ' ') + ':':<12}{found[key]}")
+        for key in ("created_at", "started_at", "finished_at", "updated_at"):
+            self.stdout.write(f"{key.replace('_at', '') + ':':<12}{_moment(found[key])}")
+        if found["children"]:
+            counted = ", ".join(f"{n} {status}" for status, n in sorted(found["children"].items()))
+            self.stdout.write(f"{'children:':<12}{counted}")
+        if found["unconsumed_events"]:
+            self.stdout.write(f"{'events:':<12}{', '.join(found['unconsumed_events'])} (not consumed yet)")
+        self.stdout.write(f"{'input:':<12}{json.dumps(found['input_data'])}")
+        self.stdout.write(f"{'output:':<12}{json.dumps(found['output_data'])}")
+        if found["error_message"]:
+            self.stdout.write(f"{'error:':<12}{found['error_message']}")
+        steps = [
+            (
+                *(str(s["step_number"]), s["step_name"] or "", s["status"], str(s["attempts"])),
+                *(_moment(s["started_at"]), _moment(s["completed_at"]), s["error_message"] or ""),
+            )
+            for s in found["steps"]
+        ]
+        self.stdout.write("")
+        self._table(("step", "name", "status", "runs", "started", "completed", "error"), steps, "no step recorded")
+        if found["error_traceback"]:
+            self.stdout.write("\n" + found["error_traceback"])
+        return None
+
+    def _workers(self, options: dict[str, Any]) -> Any:
+        with stats.time_limit(options["timeout"]):
+            found = listing.workers(include_gone=options["all"])
+        if options["json"]:
+            return found
+        table = [
+            (
+                *(w["id"], w["state"], ",".join(w["queues"] or ["all"]), str(w["concurrency"]), w["version"]),
+                *(_moment(w["started_at"]), _moment(w["last_seen_at"]), " ".join(w["holds"]) or "nothing"),
+            )
+            for w in found
+        ]
+        heading = ("worker", "state", "queues", "threads", "version", "started", "last seen", "holds")
+        self._table(heading, table, "no worker process is registered")
+        return None
+
+    # -- repairs -------------------------------------------------------------------
+
+    def _retry(self, options: dict[str, Any]) -> Any:
+        step = options["from_step"]
+        if step is None:
+            return self._each(options, api.retry_workflow, "retried")
+        return self._each(options, lambda pk: api.retry_from_step(pk, step), f"retried from step {step}")
+
+    def _restart(self, options: dict[str, Any]) -> Any:
+        return self._each(options, api.restart_workflow, "restarted")
+
+    def _cancel(self, options: dict[str, Any]) -> Any:
+        return self._each(options, lambda pk: api.cancel_workflow(pk, options["reason"]), "cancelled")
+
+    def _send_event(self, options: dict[str, Any]) -> Any:
+        try:
+            payload = json.loads(options["payload"])
+        except json.JSONDecodeError as exc:
+            raise CommandError(f"--payload is not JSON: {exc}", returncode=BAD_ARGUMENT) from None
+        workflow_id = _workflow_id(options["id"])
+        try:
+            event = api.send_event(workflow_id, options["name"], payload)
+        except InvalidWorkflowInput as exc:
+            raise CommandError(str(exc), returncode=BAD_ARGUMENT) from None
+        except Workflow.DoesNotExist:
+            raise CommandError(f"No workflow {workflow_id}.", returncode=NOT_FOUND) from None
+        except InvalidTransition as exc:
+            raise CommandError(str(exc), returncode=REFUSED) from None
+        if options["json"]:
+            return {"id": workflow_id, "event": event.name, "event_id": event.pk}
+        self.stdout.write(f"{workflow_id}: event {event.name!r} sent")
+        return None
+
+    def _pause(self, options: dict[str, Any]) -> Any:
+        return self._queue(options, "pause_queue", "paused")
+
+    def _resume(self, options: dict[str, Any]) -> Any:
+        return self._queue(options, "resume_queue", "resumed")
+
+    def _queue(self, options: dict[str, Any], function: str, done: str) -> Any:
+        change = getattr(orchestration, function, None)  # flow control's, where it exists
+        if change is None:
+            raise CommandError(
+                f"{options['verb']} needs flow control (orchestration.{function}), which this version of "
+                "orchestration does not have.",
+                returncode=UNAVAILABLE,
+            )
+        try:
+            change(options["queue"])
+        except (InvalidWorkflowInput, ValueError, LookupError) as exc:  # an unknown queue, as flow control says it
+            raise CommandError(str(exc), returncode=BAD_ARGUMENT) from None
+        if options["json"]:
+            return {"queue": options["queue"], "done": done}
+        self.stdout.write(f"queue {options['queue']!r} {done}")
+        return None
+
+    def _each(self, options: dict[str, Any], repair: Callable[[uuid.UUID], Workflow], done: str) -> Any:
+        """Repair each id through the API; report each; exit with the worst failure's status."""
+        results, worst = [], 0
+        for text in options["ids"]:
+            try:
+                workflow = repair(_workflow_id(text))
+            except CommandError as exc:
+                results.append({"id": text, "ok": False, "error": str(exc)})
+                worst = max(worst, BAD_ARGUMENT)
+            except Workflow.DoesNotExist:
+                results.append({"id": text, "ok": False, "error": f"No workflow {text}."})
+                worst = max(worst, NOT_FOUND)
+            except (InvalidTransition, InvalidWorkflowInput) as exc:
+                results.append({"id": text, "ok": False, "error": str(exc)})
+                worst = max(worst, REFUSED)
+            else:
+                results.append({"id": str(workflow.pk), "ok": True, "status": workflow.status})
+        if options["json"]:
+            self.stdout.write(json.dumps(results, indent=2))
+        else:
+            for result in results:
+                line = f"{result['id']}: {done}, now {result['status']}" if result["ok"] else result["error"]
+                (self.stdout if result["ok"] else self.stderr).write(line)
+        if worst:
+            failed = sum(1 for result in results if not result["ok"])
+            raise CommandError(f"{failed} of {len(results)} workflow(s) not {done}.", returncode=worst)
+        return None
+
+    def _table(self, heading: tuple[str, ...], rows: Sequence[tuple[str, ...]], empty: str) -> None:
+        widths = [max([len(heading[i])] + [len(row[i]) for row in rows]) for i in range(len(heading))]
+        self.stdout.write("  ".join(title.ljust(widths[i]) for i, title in enumerate(heading)).rstrip())
+        for row in rows:
+            self.stdout.write("  ".join(value.ljust(widths[i]) for i, value in enumerate(row)).rstrip())
+        if not rows:
+            self.stdout.write(f"({empty})")
+
+
+def _workflow_id(text: str) -> uuid.UUID:
+    try:
+        return listing.parse_uuid(text)
+    except listing.InvalidFilter as exc:
+        raise CommandError(str(exc), returncode=BAD_ARGUMENT) from None
+
+
+def _status(row: dict[str, Any]) -> str:
+    if row["status"] != "pending" or row["pending_reason"] in (None, "due"):
+        return str(row["status"])
+    return f"pending ({row['pending_reason']})"
+
+
+def _moment(value: datetime.datetime | None) -> str:
+    return timezone.localtime(value).strftime("%Y-%m-%d %H:%M:%S") if value else "-"

@@ -1,0 +1,190 @@
+"""What a worker reports of each attempt and each step it runs: a span
+(``orchestration.tracing``, with ``opentelemetry-api`` and a tracer provider)
+and Prometheus counters and histograms (with ``prometheus_client``).
+
+Two decorators put them around the engine's own functions: ``attempt`` around
+``worker.execution.execute`` and ``step`` around ``ctx.step`` and
+``ctx.atomic_step``. With neither library in use they call the function and
+nothing else: the imports are tried once, and each call then costs one
+look-up of the tracer provider.
+
+The instruments live in ``REGISTRY`` below, not in ``prometheus_client``'s
+default one: ``metrics.metrics_view`` serves them with the database's gauges,
+and ``runworkers --metrics-port`` serves a worker's own. With
+``PROMETHEUS_MULTIPROC_DIR`` set, ``prometheus_client`` writes them to files
+there instead, which the view reads for every process of the machine.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, Protocol, TypeVar, cast
+
+from . import tracing
+from .errors import DeadlineExceeded, LeaseLost, ReleaseRequested, Suspend, WorkflowCancelled
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+#: Exceptions that end a step without it failing: the engine's own control flow.
+INTERRUPTIONS = (LeaseLost, WorkflowCancelled, ReleaseRequested, Suspend, DeadlineExceeded)
+
+#: The outcomes of ``worker.execution.Outcome`` each counter counts.
+COUNTED = {"completed": "completed", "finishing": "completed", "failed": "failed", "retrying": "retried"}
+
+#: Bucket bounds, in seconds, of the duration histograms: from a millisecond to an hour.
+BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600)
+
+
+class StepContext(Protocol):
+    """What ``step`` reads of ``ctx`` (a ``context.WorkflowContext``)."""
+
+    @property
+    def workflow_id(self) -> Any: ...
+    @property
+    def workflow_type(self) -> str: ...
+    @property
+    def queue(self) -> str: ...
+    @property
+    def attempt(self) -> int: ...
+    def next_step(self) -> tuple[int, bool]: ...
+
+
+class Instruments:
+    """The counters and histograms of attempts and steps, by queue and workflow type."""
+
+    def __init__(self, prometheus_client: Any) -> None:
+        self.registry = prometheus_client.CollectorRegistry(auto_describe=True)
+        labels = ("queue", "workflow_type")
+        counter, histogram = prometheus_client.Counter, prometheus_client.Histogram
+        options: dict[str, Any] = {"labelnames": labels, "registry": self.registry}
+        self.started = counter("orchestration_workflows_started", "Attempts started.", **options)
+        self.counters = {
+            "completed": counter("orchestration_workflows_completed", "Workflows completed.", **options),
+            "failed": counter("orchestration_workflows_failed", "Workflows failed (no retry left).", **options),
+            "retried": counter("orchestration_workflows_retried", "Attempts failed, to be retried.", **options),
+        }
+        timed: dict[str, Any] = {**options, "labelnames": (*labels, "outcome"), "buckets": BUCKETS}
+        self.attempt_seconds = histogram(
+            "orchestration_workflow_duration_seconds", "Duration of an attempt, by how it ended.", **timed
+        )
+        self.step_seconds = histogram(
+            "orchestration_step_duration_seconds", "Duration of a step that ran, by how it ended.", **timed
+        )
+        self._children: dict[tuple[Any, ...], Any] = {}
+
+    def attempt_started(self, queue: str, workflow_type: str) -> None:
+        self._child(self.started, (queue, workflow_type)).inc()
+
+    def attempt_ended(self, queue: str, workflow_type: str, outcome: str, seconds: float) -> None:
+        counted = COUNTED.get(outcome)
+        if counted is not None:
+            self._child(self.counters[counted], (queue, workflow_type)).inc()
+        self._child(self.attempt_seconds, (queue, workflow_type, counted or outcome)).observe(seconds)
+
+    def step_ended(self, queue: str, workflow_type: str, outcome: str, seconds: float) -> None:
+        self._child(self.step_seconds, (queue, workflow_type, outcome)).observe(seconds)
+
+    def _child(self, metric: Any, labels: tuple[str, ...]) -> Any:
+        """``metric.labels(*labels)``, kept: ``labels()`` takes a lock and builds a key on every call."""
+        key = (id(metric), *labels)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*labels)
+        return child
+
+
+_NOT_TRIED: Any = object()
+_instruments: Any = _NOT_TRIED
+_making = threading.Lock()
+
+
+def instruments() -> Instruments | None:
+    """The instruments, made on first use; None without ``prometheus_client``."""
+    global _instruments
+    if _instruments is _NOT_TRIED:
+        # Made once: two sets, from two threads' first attempts, would each
+        # count apart (and overwrite each other's files in multiprocess mode).
+        with _making:
+            if _instruments is _NOT_TRIED:
+                try:
+                    import prometheus_client
+                except ImportError:
+                    _instruments = None
+                else:
+                    _instruments = Instruments(prometheus_client)
+    return cast(Instruments | None, _instruments)
+
+
+def attempt(execute: F) -> F:
+    """Report each call of ``execute(run, ...)``, which returns an ``Outcome``
+    and never raises for anything the workflow does."""
+
+    @functools.wraps(execute)
+    def observed(run: Any, *args: Any, **kwargs: Any) -> Any:
+        tracer = tracing.tracer()
+        counting = instruments()
+        if tracer is None and counting is None:
+            return execute(run, *args, **kwargs)
+        started = time.monotonic()
+        if counting is not None:
+            counting.attempt_started(run.queue, run.workflow_type)
+        if tracer is None:
+            outcome = execute(run, *args, **kwargs)
+        else:
+            with tracing.attempt_span(tracer, run) as span:
+                outcome = execute(run, *args, **kwargs)
+                tracing.end(span, COUNTED.get(str(outcome), str(outcome)), failed=outcome in ("failed", "retrying"))
+        if counting is not None:
+            counting.attempt_ended(run.queue, run.workflow_type, str(outcome), time.monotonic() - started)
+        return outcome
+
+    return cast(F, observed)
+
+
+def step(method: F) -> F:
+    """Report each step that ``method`` (``ctx.step``, ``ctx.atomic_step``)
+    runs; a replayed step runs nothing and is not reported."""
+
+    @functools.wraps(method)
+    def observed(ctx: StepContext, name: str, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+        tracer = tracing.tracer()
+        counting = instruments()
+        if tracer is None and counting is None:
+            return method(ctx, name, fn, *args, **kwargs)
+        number, replayed = ctx.next_step()
+        if replayed:
+            return method(ctx, name, fn, *args, **kwargs)
+        started = time.monotonic()
+        outcome, error = "completed", None
+        with tracing.step_span(tracer, ctx, number, name) if tracer is not None else contextlib.nullcontext() as span:
+            try:
+                return method(ctx, name, fn, *args, **kwargs)
+            except INTERRUPTIONS:
+                outcome = "interrupted"
+                raise
+            except BaseException as exc:
+                outcome, error = "failed", exc
+                raise
+            finally:
+                if span is not None:
+                    tracing.end(span, outcome, error)
+                if counting is not None and outcome != "interrupted":
+                    counting.step_ended(ctx.queue, ctx.workflow_type, outcome, time.monotonic() - started)
+
+    return cast(F, observed)
+
+
+def serve(port: int, address: str = "0.0.0.0") -> None:
+    """Serve this process's instruments, with its memory and CPU, on
+    ``http://address:port/`` (``runworkers --metrics-port``): a worker on a
+    machine of its own is scraped there. Raises ImportError without ``prometheus_client``."""
+    import prometheus_client
+
+    counting = instruments()
+    assert counting is not None
+    prometheus_client.ProcessCollector(registry=counting.registry)
+    prometheus_client.start_http_server(port, address, registry=counting.registry)

@@ -1,0 +1,153 @@
+"""The ``runworkers`` processes as rows of ``workflow_workers``, for operators.
+
+A process registers itself when it starts (``register``), its heartbeat
+refreshes the row (``beat``), and a clean stop deletes it (``remove``). A
+process that dies without stopping (SIGKILL, a lost machine) stops
+heartbeating: the stuck sweep marks its row gone (``mark_gone``) after
+``STUCK_AFTER``, as it reclaims the runs the process held, and deletes rows
+gone for a day.
+
+The rows are for watching only: no decision of the engine reads them, and a
+failure to write one (the table not migrated yet, say) is logged, never
+raised into the worker.
+"""
+
+from __future__ import annotations
+
+import datetime
+import importlib.metadata
+import logging
+import os
+import socket
+import threading
+from typing import Any
+
+from django.db import DatabaseError, transaction
+from django.db.models import Count, Q, QuerySet
+from django.db.models.functions import Now
+
+from .conf import conf
+from .models import Workflow, WorkflowStatus, WorkflowWorker
+
+logger = logging.getLogger(__name__)
+
+#: Rows marked gone are kept this long, then deleted by the sweep.
+GONE_ROWS_KEPT = datetime.timedelta(days=1)
+
+#: What this process registered, by worker id: ``beat`` writes it again if the
+#: row was deleted (or marked gone while the process was paused).
+_registered: dict[str, dict[str, Any]] = {}
+_lock = threading.Lock()
+
+
+def package_version() -> str:
+    try:
+        return importlib.metadata.version("django-orchestration")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def register(worker_id: str, *, queues: list[str] | None, concurrency: int) -> None:
+    """Write this process's row (or refresh it): ``worker_id``, host, pid, queues, threads, version."""
+    fields = {
+        "host": socket.gethostname()[:255],
+        "pid": os.getpid(),
+        "queues": sorted(queues) if queues else None,
+        "concurrency": concurrency,
+        "version": package_version()[:50],
+    }
+    with _lock:
+        _registered[worker_id] = fields
+    _quietly("register", _write, worker_id, fields)
+
+
+def beat(worker_id: str) -> None:
+    """Refresh the row's ``last_seen_at`` (the heartbeat calls it); write it again if it is missing."""
+    with _lock:
+        fields = _registered.get(worker_id)
+    if fields is None:
+        return
+    _quietly("refresh", _refresh, worker_id, fields)
+
+
+def remove(worker_id: str) -> None:
+    """Delete the row of a process that stops cleanly."""
+    with _lock:
+        _registered.pop(worker_id, None)
+    _quietly("remove", lambda: _rows().filter(pk=worker_id).delete())
+
+
+def mark_gone(stuck_after: float | None = None) -> list[str]:
+    """Mark gone every worker not seen for ``stuck_after`` seconds (default
+    ``STUCK_AFTER``), delete those gone for ``GONE_ROWS_KEPT``, and return the
+    ids marked. Run by the stuck sweep."""
+    stuck_after = conf.STUCK_AFTER if stuck_after is None else stuck_after
+    silent_since = Now() - datetime.timedelta(seconds=stuck_after)
+
+    def sweep() -> list[str]:
+        # A savepoint: the sweep runs this inside its own transaction, which a
+        # failure here (the table missing) must not break.
+        with transaction.atomic(using=conf.DATABASE):
+            dead = (
+                _rows().filter(gone_at__isnull=True, last_seen_at__lt=silent_since).select_for_update(skip_locked=True)
+            )
+            ids = list(dead.values_list("pk", flat=True))
+            if ids:
+                _rows().filter(pk__in=ids).update(gone_at=Now())
+            _rows().filter(gone_at__lt=Now() - GONE_ROWS_KEPT).delete()
+            return ids
+
+    ids = _quietly("mark gone", sweep) or []
+    for worker_id in ids:
+        logger.warning("worker %s: no heartbeat for %ss, marked gone", worker_id, f"{stuck_after:g}")
+    return ids
+
+
+# -- reads, for the admin, the CLI and the metrics -----------------------------------
+
+
+def live_q(stuck_after: float | None = None) -> Q:
+    """Workers not marked gone and seen within ``stuck_after`` seconds."""
+    stuck_after = conf.STUCK_AFTER if stuck_after is None else stuck_after
+    return Q(gone_at__isnull=True, last_seen_at__gte=Now() - datetime.timedelta(seconds=stuck_after))
+
+
+def held_runs(worker_ids: list[str]) -> QuerySet[Workflow]:
+    """The running workflows these workers hold (read through the running rows' index)."""
+    return Workflow.objects.using(conf.DATABASE).filter(status=WorkflowStatus.RUNNING, worker_id__in=worker_ids)
+
+
+def held_counts(worker_ids: list[str]) -> dict[str, int]:
+    rows = held_runs(worker_ids).order_by().values_list("worker_id").annotate(n=Count("pk"))
+    return {worker_id: n for worker_id, n in rows}
+
+
+def state_of(worker: WorkflowWorker, now: datetime.datetime) -> str:
+    """``live``, ``silent`` (no heartbeat for ``STUCK_AFTER``, not yet marked) or ``gone``."""
+    if worker.gone_at is not None:
+        return "gone"
+    return "silent" if (now - worker.last_seen_at).total_seconds() > conf.STUCK_AFTER else "live"
+
+
+# -- writing ------------------------------------------------------------------------------
+
+
+def _rows() -> QuerySet[WorkflowWorker]:
+    return WorkflowWorker.objects.using(conf.DATABASE)
+
+
+def _write(worker_id: str, fields: dict[str, Any]) -> None:
+    _rows().update_or_create(pk=worker_id, defaults={**fields, "last_seen_at": Now(), "gone_at": None})
+
+
+def _refresh(worker_id: str, fields: dict[str, Any]) -> None:
+    if not _rows().filter(pk=worker_id).update(last_seen_at=Now(), gone_at=None):
+        _write(worker_id, fields)
+
+
+def _quietly(what: str, write: Any, *args: Any) -> Any:
+    try:
+        return write(*args)
+    except DatabaseError as exc:
+        logger.warning("worker rows: %s failed (%s: %s)", what, type(exc).__name__, exc)
+        return None

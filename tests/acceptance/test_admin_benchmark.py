@@ -1,0 +1,39 @@
+"""``manage.py benchmark_admin`` runs end to end on a small table (its 10-million
+row figures are in docs/performance.md; what is checked here is that every page
+and report answers, and that nothing is left behind)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+import pytest
+
+from tests.acceptance.test_performance_benchmark import scratch_databases
+from tests.support import ROOT, worker_env
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+SMALL = ("--rows", "5000", "--chunk", "2000", "--repeat", "1")
+
+
+def test_benchmark_admin__times_every_page_and_report_and_drops_its_database():
+    before = scratch_databases()
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "manage.py"), "benchmark_admin", *SMALL],
+        cwd=ROOT,
+        env=worker_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr[-3000:]
+    rows = re.findall(r"^\| (.+?) \| (\d+) \| (\d+) \| (\d+) \|$", result.stdout, re.M)
+    pages = {page: status for page, _, _, status in rows}
+    assert len(pages) >= 35, result.stdout
+    assert set(pages.values()) == {"200"}, result.stdout  # no page cancelled (503) nor broken
+    for page in ("list: newest first", "list: queue = reports (0.01 %)", "overview page", "workers page"):
+        assert page in pages
+    assert "Admin pages on 5,000 workflows" in result.stdout
+    assert scratch_databases() == before

@@ -1,0 +1,66 @@
+"""A real ``runworkers`` process's Prometheus metrics: served on its own port
+(``--metrics-port``), or shared through ``PROMETHEUS_MULTIPROC_DIR`` with the
+web process's ``metrics_view`` (the documented multiprocess setup)."""
+
+from __future__ import annotations
+
+import socket
+import urllib.request
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from orchestration import start_workflow
+from tests.support import run_burst, start_workers, worker_env
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def samples_of(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+THREE_STEPS = (("queue", "default"), ("workflow_type", "three_steps"))
+
+
+def test_metrics_port__serves_the_workers_own_counters(workers):
+    from tests.acceptance.test_runworkers import wait_for
+
+    port = free_port()
+    for n in range(3):
+        start_workflow("three_steps", {"n": n})
+    process = start_workers("--concurrency", "2", "--metrics-port", str(port))
+    workers.append(process)
+
+    def completed() -> float:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=2) as response:
+                text = response.read().decode()
+        except OSError:
+            return -1
+        return samples_of(text).get(("orchestration_workflows_completed_total", THREE_STEPS), 0)
+
+    assert wait_for(lambda: completed() == 3, timeout=30)
+
+
+def test_multiprocess_dir__the_views_metrics_count_what_worker_processes_ran(client, tmp_path, monkeypatch):
+    for n in range(4):
+        start_workflow("three_steps", {"n": n})
+    result = run_burst(env=worker_env(PROMETHEUS_MULTIPROC_DIR=str(tmp_path)))
+    assert result.returncode == 0, result.stderr
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path))
+    samples = samples_of(client.get("/metrics/").content.decode())
+    assert samples[("orchestration_workflows_completed_total", THREE_STEPS)] == 4
+    assert samples[("orchestration_workflows_started_total", THREE_STEPS)] == 4
+    steps = (*THREE_STEPS, ("outcome", "completed"))
+    assert samples[("orchestration_step_duration_seconds_count", tuple(sorted(steps)))] == 12

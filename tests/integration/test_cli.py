@@ -1,0 +1,235 @@
+"""``manage.py workflows``: each verb on real rows, in text and JSON, and a bad
+id or filter answered with a clear message and its exit status."""
+
+from __future__ import annotations
+
+import datetime
+import io
+import json
+import subprocess
+import sys
+import uuid
+
+import pytest
+from django.core.management import CommandError, call_command
+from django.utils import timezone
+
+import orchestration
+from orchestration import start_workflow
+from orchestration.models import Workflow, WorkflowEvent, WorkflowWorker
+from tests.admin_support import failed_three_steps
+from tests.factories import WorkflowFactory, WorkflowStepFactory
+from tests.support import ROOT, drain, worker_env
+
+pytestmark = pytest.mark.django_db
+
+
+def run(*args: str) -> str:
+    out = io.StringIO()
+    call_command("workflows", *args, stdout=out, stderr=io.StringIO())
+    return out.getvalue()
+
+
+def run_json(*args: str):
+    return json.loads(run(*args, "--json"))
+
+
+def refused(*args: str) -> CommandError:
+    with pytest.raises(CommandError) as raised:
+        call_command("workflows", *args, stdout=io.StringIO(), stderr=io.StringIO())
+    return raised.value
+
+
+# -- list ---------------------------------------------------------------------------
+
+
+def test_list__newest_first_with_the_admins_filters():
+    old = WorkflowFactory(workflow_type="echo", status="failed", queue="other")
+    Workflow.objects.filter(pk=old.pk).update(created_at=timezone.now() - datetime.timedelta(days=3))
+    failed = WorkflowFactory(workflow_type="echo", status="failed")
+    pending = WorkflowFactory(workflow_type="echo", status="pending")
+    waiting = WorkflowFactory(
+        status="pending", waiting_for="event:approval", run_after=timezone.now() + datetime.timedelta(hours=1)
+    )
+    child = WorkflowFactory(parent=failed)
+    held = WorkflowFactory(status="running", worker_id="host:1:ab")
+    for age, workflow in enumerate((held, child, waiting, pending, failed)):  # one transaction: one now()
+        Workflow.objects.filter(pk=workflow.pk).update(created_at=timezone.now() - datetime.timedelta(seconds=age))
+
+    def ids(*args: str) -> list[str]:
+        return [row["id"] for row in run_json("list", *args)]
+
+    assert ids() == [str(w.pk) for w in (held, child, waiting, pending, failed, old)]
+    assert ids("--status", "failed") == [str(failed.pk), str(old.pk)]
+    assert ids("--status", "failed", "--since", "1d") == [str(failed.pk)]
+    assert ids("--type", "echo", "--status", "pending") == [str(pending.pk)]
+    assert ids("--queue", "other") == [str(old.pk)]
+    assert ids("--pending", "waiting") == ids("--pending", "event") == [str(waiting.pk)]
+    assert ids("--parent", str(failed.pk)) == [str(child.pk)]
+    assert ids("--worker", "host:1:ab") == [str(held.pk)]
+    assert ids("--search", str(old.pk)[:13]) == [str(old.pk)]
+    assert ids("--limit", "2") == [str(held.pk), str(child.pk)]
+    assert run_json("list", "--pending", "waiting")[0]["pending_reason"] == "waiting"
+
+
+def test_list__as_a_table():
+    failed = failed_three_steps()
+    text = run("list")
+    header, row = text.splitlines()[:2]
+    assert header.split() == ["id", "type", "status", "queue", "step", "attempts", "created"]
+    assert row.split()[:6] == [str(failed.pk), "three_steps", "failed", "default", "1", "4/4"]
+    assert run("list", "--status", "running").splitlines()[-1] == "(no workflow matches)"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("--status", "done"), "Unknown status 'done': one of pending, running, completed, failed, cancelled."),
+        (("--pending", "bored"), "Unknown pending reason 'bored': one of due, waiting, retrying"),
+        (("--parent", "12"), "Parent '12' is not a workflow id (a UUID)."),
+        (("--limit", "0"), "--limit must be 1 or more."),
+    ],
+)
+def test_list__a_bad_filter_is_refused_with_exit_status_2(args, message):
+    error = refused("list", *args)
+    assert message in str(error) and error.returncode == 2
+
+
+# -- show ---------------------------------------------------------------------------
+
+
+def test_show__one_workflow_its_steps_children_and_events():
+    failed = failed_three_steps()
+    WorkflowFactory(parent=failed, status="completed")
+    shown = run_json("show", str(failed.pk))
+    assert (shown["id"], shown["status"], shown["attempts"]) == (str(failed.pk), "failed", 4)
+    assert [(s["step_number"], s["status"]) for s in shown["steps"]] == [(1, "completed"), (2, "failed")]
+    assert shown["children"] == {"completed": 1}
+    assert shown["error_traceback"].startswith("Traceback")
+    assert shown["input_data"] == {"order": 7, "items": ["a", "b"]}
+    text = run("show", str(failed.pk))
+    assert "status:     failed" in text and "attempts:   4 of 4" in text
+    assert "ConnectionError: bank API unreachable" in text and "children:   1 completed" in text
+
+
+def test_show__a_bad_or_unknown_id_says_so_with_its_exit_status():
+    assert (str(refused("show", "not-an-id")), refused("show", "not-an-id").returncode) == (
+        "'not-an-id' is not a workflow id (a UUID).",
+        2,
+    )
+    missing = uuid.uuid4()
+    error = refused("show", str(missing))
+    assert (str(error), error.returncode) == (f"No workflow {missing}.", 3)
+
+
+# -- workers ------------------------------------------------------------------------
+
+
+def test_workers__the_live_processes_and_what_each_holds():
+    WorkflowWorker.objects.create(id="a:1:x", host="a", pid=1, queues=["other"], concurrency=2, version="1")
+    WorkflowWorker.objects.create(id="b:2:y", host="b", pid=2, concurrency=4, version="1", gone_at=timezone.now())
+    running = WorkflowFactory(status="running", worker_id="a:1:x")
+    listed = run_json("workers")
+    assert [(w["id"], w["state"], w["holds"]) for w in listed] == [("a:1:x", "live", [str(running.pk)])]
+    assert {w["id"]: w["state"] for w in run_json("workers", "--all")} == {"a:1:x": "live", "b:2:y": "gone"}
+    text = run("workers")
+    assert text.splitlines()[0].split()[:4] == ["worker", "state", "queues", "threads"]
+    assert "a:1:x" in text and str(running.pk) in text
+
+
+# -- repairs ------------------------------------------------------------------------
+
+
+def test_retry_restart_and_cancel__through_the_api_each_reporting_its_new_status():
+    failed, cancelled = failed_three_steps(), WorkflowFactory(status="cancelled")
+    assert [(r["id"], r["status"]) for r in run_json("retry", str(failed.pk), str(cancelled.pk))] == [
+        (str(failed.pk), "pending"),
+        (str(cancelled.pk), "pending"),
+    ]
+    assert "cancelled, now cancelled" in run("cancel", str(failed.pk), "--reason", "not needed")
+    assert Workflow.objects.get(pk=failed.pk).error_message == "not needed"
+    done = WorkflowFactory(status="completed")
+    WorkflowStepFactory(workflow=done, step_number=1)
+    assert run_json("restart", str(done.pk))[0]["status"] == "pending"
+    assert not done.steps.exists()
+
+
+def test_retry__from_a_step():
+    failed = failed_three_steps()
+    assert run_json("retry", str(failed.pk), "--from-step", "1")[0]["status"] == "pending"
+    assert not failed.steps.exists()
+
+
+def test_repairs__a_refused_unknown_or_bad_id_is_reported_and_sets_the_exit_status():
+    pending, failed = WorkflowFactory(status="pending"), failed_three_steps()
+    missing = uuid.uuid4()
+    error = refused("retry", str(failed.pk), str(pending.pk))
+    assert error.returncode == 4 and "1 of 2 workflow(s) not retried" in str(error)
+    assert Workflow.objects.get(pk=failed.pk).status == "pending"  # the others are still repaired
+    assert refused("cancel", str(missing)).returncode == 3
+    assert refused("restart", "nope", str(missing)).returncode == 3  # the worst of a bad id (2) and a missing one
+    out = io.StringIO()
+    with pytest.raises(CommandError):
+        call_command("workflows", "retry", str(pending.pk), "--json", stdout=out, stderr=io.StringIO())
+    [result] = json.loads(out.getvalue())
+    assert not result["ok"] and "Cannot retry" in result["error"]
+
+
+# -- events and queues --------------------------------------------------------------
+
+
+def test_send_event__wakes_the_waiting_workflow():
+    workflow = start_workflow("awaits_approval", {})
+    drain()
+    sent = run_json("send-event", str(workflow.pk), "approval", "--payload", '{"by": "ops"}')
+    assert sent["event"] == "approval"
+    assert WorkflowEvent.objects.get(pk=sent["event_id"]).payload == {"by": "ops"}
+    drain()
+    assert Workflow.objects.get(pk=workflow.pk).status == "completed"
+
+
+def test_send_event__bad_payload_finished_workflow_or_unknown_id():
+    done = WorkflowFactory(status="completed")
+    assert refused("send-event", str(done.pk), "x", "--payload", "{oops").returncode == 2
+    assert refused("send-event", str(done.pk), "x").returncode == 4
+    assert refused("send-event", str(uuid.uuid4()), "x").returncode == 3
+
+
+def test_pause_and_resume__call_flow_control_or_say_it_is_missing(monkeypatch):
+    if not hasattr(orchestration, "pause_queue"):
+        error = refused("pause", "default")
+        assert error.returncode == 5 and "needs flow control (orchestration.pause_queue)" in str(error)
+        calls = []
+        monkeypatch.setattr(orchestration, "pause_queue", calls.append, raising=False)
+        monkeypatch.setattr(orchestration, "resume_queue", calls.append, raising=False)
+    assert run_json("pause", "default") == {"queue": "default", "done": "paused"}
+    assert "queue 'default' resumed" in run("resume", "default")
+
+
+def test_exit_status__reaches_the_shell():
+    missing = uuid.uuid4()
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "manage.py"), "workflows", "show", str(missing)],
+        cwd=ROOT,
+        env=worker_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 3
+    assert f"No workflow {missing}." in result.stderr
+
+
+def test_list__a_read_past_its_timeout_is_cancelled_and_says_how_to_narrow_it(monkeypatch):
+    from django.db import connection
+
+    from orchestration import listing
+
+    def slow_rows(filters, limit):
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_sleep(2)")
+
+    monkeypatch.setattr(listing, "rows", slow_rows)
+    error = refused("list", "--timeout", "0.05")
+    assert error.returncode == 1
+    assert "took longer than 0.05 s and was cancelled: narrow the filters, or raise --timeout" in str(error)

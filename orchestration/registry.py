@@ -34,6 +34,8 @@ class WorkflowDefinition:
     timeout: datetime.timedelta | None = None
     #: Cron expression: one run is started per tick (see ``orchestration.schedules``).
     schedule: str | None = None
+    #: ``fn(input)`` -> the run's ``concurrency_key`` (None: no key) when a start gives none.
+    concurrency_key: Callable[[Any], Any] | None = None
 
     def __call__(self, ctx: Any, data: Any) -> Any:
         return self.function(ctx, data)

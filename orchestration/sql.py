@@ -320,20 +320,31 @@ NO_CHECKPOINT: dict[str, Any] = {
 }
 
 
+#: The arrays ``insert_workflows_statement`` takes each row's own value of a column from.
+_OWN_ARRAYS = {
+    "id": "unnest(%(ids)s::uuid[])",
+    "input_data": "jsonb_array_elements(%(inputs)s::jsonb)",
+    "idempotency_key": "jsonb_array_elements_text(%(keys)s::jsonb)",
+    "concurrency_key": "jsonb_array_elements_text(%(concurrency_keys)s::jsonb)",
+}
+
+
 def insert_workflows_statement(columns: tuple[str, ...], shared: tuple[tuple[str, str], ...], returning: str) -> str:
     """Insert a row per item of the arrays ``%(ids)s``, ``%(inputs)s`` and
-    ``%(keys)s``, with the values ``shared`` by every row (``(column, type)``;
-    a bound NULL's type must be spelled out), skipping keys used before, and
-    NOTIFY ``%(notify_queue)s`` once. Returns each new row's id and key, and the first
-    new row whole beside each: the rows of one INSERT differ in nothing else."""
+    ``%(keys)s`` (and ``%(concurrency_keys)s`` when ``columns`` has it), with the
+    values ``shared`` by every row (``(column, type)``; a bound NULL's type must
+    be spelled out), skipping keys used before, and NOTIFY ``%(notify_queue)s``
+    once. Returns each new row's id and key, and the first new row whole beside
+    each: the rows of one INSERT differ in nothing else."""
     names = ", ".join(column for column, _ in shared)
     values = ", ".join(f"%({column})s::{db_type}" for column, db_type in shared)
+    own = ", ".join(f"r.{column}" for column in columns)
+    arrays = ", ".join(_OWN_ARRAYS[column] for column in columns)
     return f"""
         WITH new AS (
             INSERT INTO workflows ({", ".join(columns)}, {names})
-            SELECT r.id, r.input_data, r.idempotency_key, {values}
-            FROM ROWS FROM (unnest(%(ids)s::uuid[]), jsonb_array_elements(%(inputs)s::jsonb),
-                            jsonb_array_elements_text(%(keys)s::jsonb)) AS r (id, input_data, idempotency_key)
+            SELECT {own}, {values}
+            FROM ROWS FROM ({arrays}) AS r ({", ".join(columns)})
             ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
             RETURNING {returning}
         ), whole AS (

@@ -8,16 +8,19 @@ those listed before it:
 - ``filters``: the list's filters; ``inlines``: a workflow's steps;
 - ``actions``: retry, restart, cancel, requeue, as the Python API does them;
 - ``forms`` and ``views``: the overview, step repairs and sending an event;
-- ``workflow_admin``: ``WorkflowAdmin``, which puts them together.
+- ``workflow_admin``: ``WorkflowAdmin``, which puts them together;
+- ``queue_admin``: ``WorkflowQueueAdmin``, the queues' flow control (pause, limits).
 """
 
 from __future__ import annotations
 
 from django.contrib import admin
 
-from ..models import Workflow
+from ..models import Workflow, WorkflowQueue
+from .queue_admin import WorkflowQueueAdmin
 from .workflow_admin import WorkflowAdmin
 
 admin.site.register(Workflow, WorkflowAdmin)
+admin.site.register(WorkflowQueue, WorkflowQueueAdmin)
 
-__all__ = ["WorkflowAdmin"]
+__all__ = ["WorkflowAdmin", "WorkflowQueueAdmin"]

@@ -59,7 +59,8 @@ def finish_and_claim(
         limited = flow.rules_of(queues).limited
     statement = claim_statement(worker_id, queues, finished, limit, limited)
     if limited:
-        *_, rows = sql.run_together(conf.DATABASE, [(sql.LOCK_QUEUES, {"queues": statement[1]["queues"]}), statement])
+        lock = (sql.LOCK_QUEUES, {"queues": statement[1]["queues"]})
+        *_, rows = sql.run_together(conf.DATABASE, [(sql.NO_JIT, None), lock, statement])
     else:
         (rows,) = sql.run_together(conf.DATABASE, [statement])
     completed = set(rows[0][-1] or ())

@@ -215,10 +215,7 @@ def queue_states(names: list[str] | None = None) -> list[QueueState]:
     due = dict(due_rows.values_list("queue").annotate(n=Count("pk")))
     states = []
     for name, row in sorted(queues.items()):
-        started = None
-        if row.rate_limit is not None:
-            since = Now() - _period(row.rate_limit)
-            started = QueueStart.objects.using(conf.DATABASE).filter(queue=name, started_at__gt=since).count()
+        started = started_in_window(name, row.rate_limit) if row.rate_limit is not None else None
         saturated = 0
         if row.key_concurrency is not None:
             keyed = workflows.filter(queue=name, status=WorkflowStatus.RUNNING, concurrency_key__isnull=False)
@@ -232,5 +229,7 @@ def queue_states(names: list[str] | None = None) -> list[QueueState]:
     return states
 
 
-def _period(rate: str) -> datetime.timedelta:
-    return datetime.timedelta(seconds=parse_rate(rate)[1])
+def started_in_window(name: str, rate_limit: str) -> int:
+    """Claims of queue ``name`` in the window of ``rate_limit``'s period that ends now."""
+    since = Now() - datetime.timedelta(seconds=parse_rate(rate_limit)[1])
+    return QueueStart.objects.using(conf.DATABASE).filter(queue=name, started_at__gt=since).count()

@@ -113,6 +113,11 @@ def complete_and_claim(limit: int) -> str:
     return COMPLETE_AND_CLAIM.replace("{limit}", str(int(limit)))
 
 
+#: Run before ``COMPLETE_AND_CLAIM_LIMITED``, after ``INDEX_PLANS_ONLY``: its
+#: plan sorts a few candidates, and a sort priced out costs enough to be
+#: compiled by JIT, a second of it a claim.
+NO_JIT = "SELECT set_config('jit', 'off', true)"
+
 #: Run before ``COMPLETE_AND_CLAIM_LIMITED``, in its transaction: lock the rows of
 #: the served queues it counts for, in name order. Claims of a limited queue
 #: take turns, each counting in a snapshot taken after the claims before it
@@ -231,14 +236,15 @@ WITH RECURSIVE """
 ), taken AS (
     UPDATE workflows AS w
     SET status = 'running', lease_token = gen_random_uuid(), attempts = w.attempts + 1, worker_id = %(worker)s,
-        started_at = COALESCE(w.started_at, clock.now), updated_at = statement_timestamp(),
+        started_at = COALESCE(w.started_at, (SELECT now FROM clock)), updated_at = statement_timestamp(),
         run_after = NULL, waiting_for = NULL
-    FROM claimed, clock
-    WHERE w.id = claimed.id
+    FROM claimed
+    WHERE w.id = claimed.id AND w.id = ANY(ARRAY(SELECT id FROM claimed))  -- whatever the join order
     RETURNING w.id, w.workflow_type, w.input_data, w.lease_token, w.attempts, w.max_retries, w.queue, w.parent_id,
         w.deadline,
         claimed.started_at IS NULL AND (SELECT 1 FROM workflow_steps AS s WHERE s.workflow_id = w.id LIMIT 1) IS NULL
-            AS fresh
+            AS fresh,
+        w.priority, w.created_at
 ), placeholder AS (
     INSERT INTO workflow_steps (workflow_id, step_number, status, started_at, attempts)
     SELECT id, 1, 'running', statement_timestamp(), 1 FROM taken WHERE fresh
@@ -257,7 +263,10 @@ WITH RECURSIVE """
           WHERE c.concurrency_key IS NOT NULL ORDER BY c.queue, c.lap DESC, c.concurrency_key DESC) AS last, room AS r
     WHERE q.name = last.queue AND r.name = last.queue AND r.by_key
 )
-SELECT taken.*, completed.ids FROM (SELECT array_agg(id) AS ids FROM done) AS completed LEFT JOIN taken ON true
+SELECT t.id, t.workflow_type, t.input_data, t.lease_token, t.attempts, t.max_retries, t.queue, t.parent_id, t.deadline,
+    t.fresh, completed.ids
+FROM (SELECT array_agg(id) AS ids FROM done) AS completed LEFT JOIN taken AS t ON true
+ORDER BY t.priority DESC, t.created_at
 """
 )
 

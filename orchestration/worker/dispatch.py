@@ -273,8 +273,11 @@ class Dispatcher:
     def _finish_and_claim(self, finished: list[FinishedRun], wanted: int) -> int:
         """Complete ``finished``, claim up to ``wanted`` for the threads; return how many were claimed."""
         try:
-            limited = self.rules.current().limited
-            runs, completed = finish_and_claim(self.worker_id, self.queues, finished, wanted, limited)
+            rules = self.rules.current()
+            if rules.bounded and wanted:  # claimed ahead before these rules were read: one a thread asking
+                with self._handoff:
+                    wanted = min(wanted, max(0, self._asking - len(self._waiting)))
+            runs, completed = finish_and_claim(self.worker_id, self.queues, finished, wanted, rules.limited)
         except CONNECTION_ERRORS:
             with self._handoff:  # written by the next claim, or released with the rest on shutdown
                 self._finished[:0] = finished

@@ -159,3 +159,18 @@ def atomic_fails(ctx: Any, data: Any) -> Any:
 @workflow("scheduled_tick", schedule="* * * * * */2")
 def scheduled_tick(ctx: Any, data: Any) -> Any:
     return ctx.step("tick", lambda: data)
+
+
+# -- flow control (tests/acceptance/test_flow_control_processes.py) -------------------
+
+
+@workflow("flow_hold", queue="flow", max_retries=0, concurrency_key=lambda data: data.get("key"))
+def flow_hold(ctx: Any, data: dict[str, Any]) -> Any:
+    """Holds its worker thread for ``seconds`` in one step."""
+    return ctx.step("hold", time.sleep, data.get("seconds", 0))
+
+
+@workflow("flow_naps", queue="flow", max_retries=0)
+def flow_naps(ctx: Any, data: dict[str, float]) -> Any:
+    ctx.sleep("nap", data["seconds"])
+    return ctx.step("after", lambda: "woke")

@@ -10,7 +10,7 @@ and the run's last step runs again, as if it had died just before an immediate
 write (step bodies run at least once; a checkpoint is still written once).
 
 A worker that serves a paused or limited queue claims with the limit-aware
-statement instead (``flow``), after locking its limited queues' rows in the
+statement instead (``flow``), after taking its limited queues' locks in the
 same transaction and round trip.
 """
 
@@ -59,8 +59,8 @@ def finish_and_claim(
         limited = flow.rules_of(queues).limited
     statement = claim_statement(worker_id, queues, finished, limit, limited)
     if limited:
-        lock = (sql.LOCK_QUEUES, {"queues": statement[1]["queues"]})
-        *_, rows = sql.run_together(conf.DATABASE, [(sql.NO_JIT, None), lock, statement])
+        lock = (sql.LOCK_QUEUES, {"queues": statement[1]["queues"], "space": sql.QUEUE_LOCK_SPACE})
+        _, rows = sql.run_together(conf.DATABASE, [lock, statement], sql.INDEX_PLANS_ONLY_NO_JIT)
     else:
         (rows,) = sql.run_together(conf.DATABASE, [statement])
     completed = set(rows[0][-1] or ())

@@ -9,8 +9,8 @@ defaults come from ``ORCHESTRATION["QUEUES"]`` (``sync_settings``, run by every
 from ``manage.py workflow_queues``.
 
 Workers enforce them in the claim itself: a worker that serves a paused or
-limited queue claims with ``sql.COMPLETE_AND_CLAIM_LIMITED`` after locking the
-rows of its limited queues (``sql.LOCK_QUEUES``), so the limits hold across
+limited queue claims with ``sql.COMPLETE_AND_CLAIM_LIMITED`` after taking the
+locks of its limited queues (``sql.LOCK_QUEUES``), so the limits hold across
 every process; the others keep ``sql.COMPLETE_AND_CLAIM``. Each worker reads
 which kind it is once a poll interval (``RulesCache``), so a change reaches
 every worker within one.

@@ -24,6 +24,8 @@ NOTIFY_CHANNEL = "orchestration_new_work"
 #: Key of the transaction-level advisory lock that lets one process at a time
 #: sweep stuck workflows; the others skip the sweep instead of waiting.
 RECLAIM_LOCK_KEY = 0x6F7263686573  # "orches"
+#: First key of the transaction-level advisory locks that serialise the claims of a limited queue.
+QUEUE_LOCK_SPACE = 0x716C696D  # "qlim"
 
 LISTEN = f"LISTEN {NOTIFY_CHANNEL}"
 NOTIFY = "SELECT pg_notify(%s, %s)"
@@ -113,21 +115,15 @@ def complete_and_claim(limit: int) -> str:
     return COMPLETE_AND_CLAIM.replace("{limit}", str(int(limit)))
 
 
-#: Run before ``COMPLETE_AND_CLAIM_LIMITED``, after ``INDEX_PLANS_ONLY``: its
-#: plan sorts a few candidates, and a sort priced out costs enough to be
-#: compiled by JIT, a second of it a claim.
-NO_JIT = "SELECT set_config('jit', 'off', true)"
-
-#: Run before ``COMPLETE_AND_CLAIM_LIMITED``, in its transaction: lock the rows of
-#: the served queues it counts for, in name order. Claims of a limited queue
-#: take turns, each counting in a snapshot taken after the claims before it
-#: committed: a count inside the statement that waited would not see them.
+#: Before ``COMPLETE_AND_CLAIM_LIMITED``, in its transaction: the advisory lock of
+#: each limited queue served (no write, no WAL), in one order. The claims of a
+#: queue take turns, each counting in a snapshot taken once those before it
+#: committed (a count in the statement that waited would not see them).
 LOCK_QUEUES = """
-SELECT name FROM workflow_queues
+SELECT pg_advisory_xact_lock(%(space)s, hashtext(name)) FROM workflow_queues
 WHERE (%(queues)s::text[] IS NULL OR name = ANY(%(queues)s::text[]))
   AND (concurrency IS NOT NULL OR key_concurrency IS NOT NULL OR rate_limit IS NOT NULL OR key_rate_limit IS NOT NULL)
-ORDER BY name
-FOR NO KEY UPDATE
+ORDER BY hashtext(name)
 """
 
 #: ``COMPLETE_AND_CLAIM`` for workers that serve a paused or limited queue (same
@@ -139,7 +135,7 @@ FOR NO KEY UPDATE
 #: (``key_cursor``): each key as many as its own room, a saturated key none, so
 #: it holds no other key back and its backlog is never read. Each claim of a
 #: rate-limited queue is logged in ``workflow_queue_starts`` at ``clock``, a
-#: clock read after the locks (``LOCK_QUEUES``); the log keeps one period.
+#: clock read after the lock (``LOCK_QUEUES``); the log keeps one period.
 #:
 #: Planner: every lookup is an index probe: queues and keys by ``min()`` over
 #: ``idx_workflows_queue_claim`` / ``idx_workflows_key_claim``, runs ordered by
@@ -330,12 +326,9 @@ NO_CHECKPOINT: dict[str, Any] = {
 
 
 #: The arrays ``insert_workflows_statement`` takes each row's own value of a column from.
-_OWN_ARRAYS = {
-    "id": "unnest(%(ids)s::uuid[])",
-    "input_data": "jsonb_array_elements(%(inputs)s::jsonb)",
-    "idempotency_key": "jsonb_array_elements_text(%(keys)s::jsonb)",
-    "concurrency_key": "jsonb_array_elements_text(%(concurrency_keys)s::jsonb)",
-}
+_OWN_ARRAYS = {"id": "unnest(%(ids)s::uuid[])", "input_data": "jsonb_array_elements(%(inputs)s::jsonb)",
+               "idempotency_key": "jsonb_array_elements_text(%(keys)s::jsonb)",
+               "concurrency_key": "jsonb_array_elements_text(%(concurrency_keys)s::jsonb)"}  # fmt: skip
 
 
 def insert_workflows_statement(columns: tuple[str, ...], shared: tuple[tuple[str, str], ...], returning: str) -> str:
@@ -393,9 +386,18 @@ def try_reclaim_lock(alias: str) -> bool:
         return bool(cursor.fetchone()[0])
 
 
-def run_together(alias: str, statements: list[tuple[str, Any]]) -> list[list[tuple[Any, ...]]]:
-    """Run ``statements`` after ``INDEX_PLANS_ONLY``, in one transaction and
-    one round trip (psycopg's pipeline mode), and return the rows of each.
+#: ``INDEX_PLANS_ONLY`` for ``COMPLETE_AND_CLAIM_LIMITED``, with JIT off: its plan
+#: sorts a few candidates, and a sort priced out costs enough to be compiled by
+#: JIT, a second of it a claim.
+INDEX_PLANS_ONLY_NO_JIT = INDEX_PLANS_ONLY + ", set_config('jit', 'off', true)"
+
+
+def run_together(
+    alias: str, statements: list[tuple[str, Any]], settings: str = INDEX_PLANS_ONLY
+) -> list[list[tuple[Any, ...]]]:
+    """Run ``statements`` after ``settings`` (``INDEX_PLANS_ONLY``), in one
+    transaction and one round trip (psycopg's pipeline mode), and return the
+    rows of each.
 
     The connection is in autocommit mode, and psycopg sends one Sync, at the
     end of the pipeline: until then the server runs the statements in one
@@ -418,7 +420,7 @@ def run_together(alias: str, statements: list[tuple[str, Any]]) -> list[list[tup
     with connection.wrap_database_errors:
         try:
             with pg.pipeline():
-                psycopg.Cursor(pg).execute(INDEX_PLANS_ONLY)
+                psycopg.Cursor(pg).execute(settings)
                 for statement, params in statements:
                     cursors.append(psycopg.Cursor(pg))  # server-side binding: prepared (see ``run``)
                     cursors[-1].execute(statement, params)

@@ -267,7 +267,7 @@ def test_claim__a_limited_queue_claims_by_priority_then_age():
 
 def generic_plan(statement: str, params: dict[str, Any]) -> str:
     """The workers' plan of ``statement``: its prepared generic plan under
-    ``sql.INDEX_PLANS_ONLY`` and ``sql.NO_JIT``, run with ``params`` (EXPLAIN ANALYZE, BUFFERS)."""
+    ``sql.INDEX_PLANS_ONLY_NO_JIT``, run with ``params`` (EXPLAIN ANALYZE, BUFFERS)."""
     names = list(dict.fromkeys(re.findall(r"%\((\w+)\)s", statement)))
     text = re.sub(r"%\((\w+)\)s", lambda match: f"${names.index(match.group(1)) + 1}", statement)
 
@@ -275,8 +275,7 @@ def generic_plan(statement: str, params: dict[str, Any]) -> str:
         return "NULL" if value is None else "'" + str(value).replace("'", "''") + "'"
 
     with connection.cursor() as cursor:
-        cursor.execute(sql.INDEX_PLANS_ONLY)
-        cursor.execute(sql.NO_JIT)
+        cursor.execute(sql.INDEX_PLANS_ONLY_NO_JIT)
         cursor.execute("PREPARE flow_claim AS " + text)
         arguments = ", ".join(literal(params[name]) for name in names)
         cursor.execute(f"EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) EXECUTE flow_claim({arguments})")

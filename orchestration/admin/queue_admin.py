@@ -107,6 +107,14 @@ class WorkflowQueueAdmin(admin.ModelAdmin):
             (flow.pause_queue if obj.paused else flow.resume_queue)(obj.name)
         obj.refresh_from_db()
 
+    def delete_model(self, request: HttpRequest, obj: WorkflowQueue) -> None:
+        super().delete_model(request, obj)
+        flow.sync_settings()  # a queue of the settings gets their limits back at once
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[WorkflowQueue]) -> None:
+        super().delete_queryset(request, queryset)
+        flow.sync_settings()
+
     @admin.display(description="state", ordering="paused")
     def state(self, obj: WorkflowQueue) -> SafeString:
         return status_badge("paused" if obj.paused else "active")

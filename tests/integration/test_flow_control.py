@@ -387,6 +387,14 @@ def test_queue_admin__refuses_a_zero_limit_or_a_malformed_rate__saves_through_th
     assert (row.concurrency, row.key_concurrency, row.paused) == (None, 1, False)
 
 
+def test_queue_admin__deleting_a_queue_gives_it_back_the_settings_limits(admin_client):
+    with override_settings(ORCHESTRATION={"QUEUES": {"fc": {"concurrency": 5}}}):
+        set_queue_limits("fc", concurrency=1)
+        admin_client.post(reverse("admin:orchestration_workflowqueue_delete", args=["fc"]), {"post": "yes"})
+        row = WorkflowQueue.objects.get()
+    assert (row.concurrency, row.limits_from_settings) == (5, True)
+
+
 def test_queue_admin__pause_and_resume_actions_need_the_change_permission(client):
     set_queue_limits("fc", concurrency=1)
     client.force_login(staff_user("view_workflowqueue"))

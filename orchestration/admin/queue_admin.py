@@ -8,6 +8,7 @@ it, and every worker applies it within a poll interval.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from django import forms
@@ -61,18 +62,25 @@ class WorkflowQueueForm(forms.ModelForm):
 
 @admin.action(description="Pause the selected queues", permissions=["change"])
 def pause_queues(model_admin: admin.ModelAdmin[WorkflowQueue], request: HttpRequest, queryset: QuerySet[Any]) -> None:
-    names = list(queryset.values_list("name", flat=True))
-    for name in names:
-        flow.pause_queue(name)
-    model_admin.message_user(request, f"Paused: {', '.join(names)}. Running work finishes.", messages.SUCCESS)
+    _each(model_admin, request, queryset, flow.pause_queue, "Paused: {}. Running work finishes.")
 
 
 @admin.action(description="Resume the selected queues", permissions=["change"])
 def resume_queues(model_admin: admin.ModelAdmin[WorkflowQueue], request: HttpRequest, queryset: QuerySet[Any]) -> None:
+    _each(model_admin, request, queryset, flow.resume_queue, "Resumed: {}.")
+
+
+def _each(
+    model_admin: admin.ModelAdmin[WorkflowQueue],
+    request: HttpRequest,
+    queryset: QuerySet[Any],
+    change: Callable[[str], Any],
+    done: str,
+) -> None:
     names = list(queryset.values_list("name", flat=True))
     for name in names:
-        flow.resume_queue(name)
-    model_admin.message_user(request, f"Resumed: {', '.join(names)}.", messages.SUCCESS)
+        change(name)
+    model_admin.message_user(request, done.format(", ".join(names)), messages.SUCCESS)
 
 
 class WorkflowQueueAdmin(admin.ModelAdmin):

@@ -39,8 +39,6 @@ UNCHANGED: Any = type("Unchanged", (), {"__repr__": lambda self: "UNCHANGED"})()
 
 #: The rows that restrict their queue: paused, or with a limit.
 RESTRICTING = Q(paused=True) | Q(*(Q(**{f"{limit}__isnull": False}) for limit in QUEUE_LIMITS), _connector=Q.OR)
-#: The limits whose counting needs the claims of a queue to take turns.
-BOUNDING = Q(concurrency__isnull=False) | Q(key_concurrency__isnull=False)
 
 
 @dataclass(frozen=True)
@@ -49,9 +47,6 @@ class Rules:
 
     #: One of them is paused or limited: claim with ``sql.COMPLETE_AND_CLAIM_LIMITED``.
     limited: bool = False
-    #: One of them limits how many run at once: claim no run ahead of the threads,
-    #: whose slot would idle while a thread of another process could use it.
-    bounded: bool = False
 
 
 def rules_of(queues: list[str] | None) -> Rules:
@@ -59,8 +54,7 @@ def rules_of(queues: list[str] | None) -> Rules:
     rows = WorkflowQueue.objects.using(conf.DATABASE).filter(RESTRICTING)
     if queues is not None:
         rows = rows.filter(name__in=queues)
-    found = rows.aggregate(limited=Count("pk"), bounded=Count("pk", filter=BOUNDING))
-    return Rules(limited=bool(found["limited"]), bounded=bool(found["bounded"]))
+    return Rules(limited=rows.exists())
 
 
 class RulesCache:

@@ -159,10 +159,9 @@ class Dispatcher:
 
     def claim_ahead_now(self) -> int:
         """How many runs to claim besides one for each thread asking: none
-        before a run finished, while recent runs were long, or while a served
-        queue limits how many run at once."""
+        before a run finished or while recent runs were long."""
         recent = self._recent_run_seconds
-        if recent is None or recent >= CLAIM_AHEAD_WHILE_RUNS_UNDER or self.rules.known.bounded:
+        if recent is None or recent >= CLAIM_AHEAD_WHILE_RUNS_UNDER:
             return 0
         return self.claim_ahead
 
@@ -273,11 +272,8 @@ class Dispatcher:
     def _finish_and_claim(self, finished: list[FinishedRun], wanted: int) -> int:
         """Complete ``finished``, claim up to ``wanted`` for the threads; return how many were claimed."""
         try:
-            rules = self.rules.current()
-            if rules.bounded and wanted:  # claimed ahead before these rules were read: one a thread asking
-                with self._handoff:
-                    wanted = min(wanted, max(0, self._asking - len(self._waiting)))
-            runs, completed = finish_and_claim(self.worker_id, self.queues, finished, wanted, rules.limited)
+            limited = self.rules.current().limited
+            runs, completed = finish_and_claim(self.worker_id, self.queues, finished, wanted, limited)
         except CONNECTION_ERRORS:
             with self._handoff:  # written by the next claim, or released with the rest on shutdown
                 self._finished[:0] = finished

@@ -336,20 +336,21 @@ def test_rules__a_worker_reads_them_again_once_a_poll_interval():
     assert cache.current() == flow.Rules()
     set_queue_limits("fc", concurrency=2)
     assert cache.current() == flow.Rules(), "not before the interval has passed"
-    assert flow.RulesCache(["fc"], interval=0).current() == flow.Rules(limited=True, bounded=True)
+    assert flow.RulesCache(["fc"], interval=0).current() == flow.Rules(limited=True)
+    assert flow.rules_of(["fc_free"]) == flow.Rules()
+    set_queue_limits("fc_free", concurrency=None)  # a row with no limit, not paused, limits nothing
     assert flow.rules_of(["fc_free"]) == flow.Rules()
     pause_queue("fc_free")
-    assert flow.rules_of(None) == flow.rules_of(["fc", "fc_free"]) == flow.Rules(limited=True, bounded=True)
-    assert flow.rules_of(["fc_free"]) == flow.Rules(limited=True, bounded=False)
+    assert flow.rules_of(None) == flow.rules_of(["fc_free"]) == flow.Rules(limited=True)
 
 
-def test_dispatcher__claims_no_run_ahead_while_a_served_queue_limits_how_many_run():
+def test_dispatcher__runs_claimed_ahead_count_against_the_concurrency_limit():
     start_workflows("fc_noop", range(10))
     worker = Worker(concurrency=3, queues=["fc"], poll_interval=0)
-    worker.dispatcher.note_run(Outcome.COMPLETED, 0.001)  # short runs: it would claim ahead
-    set_queue_limits("fc", concurrency=8)
+    worker.dispatcher.note_run(Outcome.COMPLETED, 0.001)  # short runs: it claims ahead
+    set_queue_limits("fc", concurrency=2)
     assert worker.dispatcher.next_run() is not None
-    assert not worker.dispatcher.waiting and running("fc") == 1
+    assert len(worker.dispatcher.waiting) == 1 and running("fc") == 2
 
 
 # -- the admin and the command -----------------------------------------------------------

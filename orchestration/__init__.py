@@ -13,12 +13,14 @@ from .errors import (
     ChildWorkflowFailed,
     DeadlineExceeded,
     EventTimeout,
+    InvalidQueueLimit,
     InvalidTransition,
     InvalidWorkflowInput,
     NonDeterministicWorkflow,
     OrchestrationError,
     PermanentError,
     StepTimeout,
+    UnknownQueue,
     UnknownWorkflowType,
     WorkflowCancelled,
 )
@@ -26,6 +28,7 @@ from .errors import (
 if TYPE_CHECKING:
     from .api import cancel_workflow, restart_workflow, retry_workflow, send_event, start_workflow, start_workflows
     from .context import ChildHandle, WorkflowContext
+    from .flow import pause_queue, resume_queue, set_queue_limits
 
 _LAZY = {
     "start_workflow": "api",
@@ -34,6 +37,9 @@ _LAZY = {
     "restart_workflow": "api",
     "cancel_workflow": "api",
     "send_event": "api",
+    "set_queue_limits": "flow",
+    "pause_queue": "flow",
+    "resume_queue": "flow",
     "WorkflowContext": "context",
     "ChildHandle": "context",
 }
@@ -43,19 +49,24 @@ __all__ = [
     "ChildWorkflowFailed",
     "DeadlineExceeded",
     "EventTimeout",
+    "InvalidQueueLimit",
     "InvalidTransition",
     "InvalidWorkflowInput",
     "NonDeterministicWorkflow",
     "OrchestrationError",
     "PermanentError",
     "StepTimeout",
+    "UnknownQueue",
     "UnknownWorkflowType",
     "WorkflowCancelled",
     "WorkflowContext",
     "cancel_workflow",
+    "pause_queue",
     "restart_workflow",
+    "resume_queue",
     "retry_workflow",
     "send_event",
+    "set_queue_limits",
     "start_workflow",
     "start_workflows",
     "workflow",

@@ -35,6 +35,7 @@ from .transitions import (
 from .validation import (
     to_json_text,
     to_json_value,
+    validate_concurrency_key,
     validate_event_name,
     validate_options,
     validate_timeout,
@@ -53,6 +54,7 @@ def start_workflow(
     priority: int | None = None,
     max_retries: int | None = None,
     timeout: float | datetime.timedelta | None = None,
+    concurrency_key: str | None = None,
 ) -> Workflow:
     """Enqueue a run of ``workflow_type`` and return its row.
 
@@ -60,7 +62,9 @@ def start_workflow(
     when the transaction commits. With an ``idempotency_key`` that was used
     before, the first workflow is returned and nothing new is created. A
     ``timeout`` (seconds or timedelta; default the decorator's) cancels the run
-    at its next step boundary once that long has passed since now.
+    at its next step boundary once that long has passed since now. Runs of one
+    ``concurrency_key`` (default: the decorator's function of the input) count
+    against their queue's per-key limits.
     """
     options = _new_workflow_options(
         workflow_type,
@@ -71,6 +75,9 @@ def start_workflow(
         max_retries=max_retries,
         timeout=timeout,
     )
+    keys = _concurrency_keys(workflow_type, [input_data], None if concurrency_key is None else [concurrency_key])
+    if keys is not None and keys[0] is not None:
+        options["concurrency_key"] = keys[0]
     encoded = to_json_text(input_data, f"The input of workflow {workflow_type!r}")
     return enqueue.insert(conf.DATABASE, options, f"[{encoded}]", [idempotency_key])[0]
 
@@ -85,6 +92,7 @@ def start_workflows(
     priority: int | None = None,
     max_retries: int | None = None,
     timeout: float | datetime.timedelta | None = None,
+    concurrency_keys: Iterable[str | None] | None = None,
 ) -> list[Workflow]:
     """Enqueue one run of ``workflow_type`` per item of ``inputs`` in a single
     statement (one round trip), and return their rows in the order of ``inputs``.
@@ -94,7 +102,8 @@ def start_workflows(
     to workers when the transaction commits, and idle workers are woken once.
     ``idempotency_keys``, when given, pairs a key (or None) with each input: a
     key used before, or earlier in the same batch, returns that workflow
-    instead of creating another.
+    instead of creating another. ``concurrency_keys`` pairs a concurrency key
+    (or None) with each input (default: the decorator's function of each).
     """
     options = _new_workflow_options(
         workflow_type,
@@ -114,7 +123,36 @@ def start_workflows(
         validate_options(idempotency_key=key, **checks)
     if not inputs:
         return []
-    return enqueue.insert(conf.DATABASE, options, _inputs_as_json_array(inputs, workflow_type), keys)
+    given = None if concurrency_keys is None else list(concurrency_keys)
+    if given is not None and len(given) != len(inputs):
+        raise InvalidWorkflowInput(f"start_workflows got {len(inputs)} inputs but {len(given)} concurrency keys.")
+    per_row = _concurrency_keys(workflow_type, inputs, given)
+    if per_row is not None and len(set(per_row)) == 1:  # one key for all: a column they share
+        if per_row[0] is not None:
+            options["concurrency_key"] = per_row[0]
+        per_row = None
+    encoded = _inputs_as_json_array(inputs, workflow_type)
+    return enqueue.insert(conf.DATABASE, options, encoded, keys, per_row)
+
+
+def _concurrency_keys(workflow_type: str, inputs: list[Any], given: list[Any] | None) -> list[str | None] | None:
+    """The concurrency key of each run: given, else the decorator's function of
+    its input; None when no run has one."""
+    function = get_workflow(workflow_type).concurrency_key
+    if given is None and function is None:
+        return None
+    if given is not None:
+        return [validate_concurrency_key(key) for key in given]
+    keys = []
+    for n, data in enumerate(inputs):
+        try:
+            key = function(data)  # type: ignore[misc]  # not None when none is given
+        except Exception as exc:
+            raise InvalidWorkflowInput(
+                f"The concurrency_key function of workflow {workflow_type!r} failed on input {n}: {exc!r}"
+            ) from exc
+        keys.append(validate_concurrency_key(key))
+    return keys
 
 
 def _inputs_as_json_array(inputs: list[Any], workflow_type: str) -> str:

@@ -8,6 +8,8 @@ from django.conf import settings
 from django.core.checks import Error, Warning, register
 
 from .conf import DEFAULTS, conf
+from .errors import InvalidQueueLimit
+from .validation import queue_defaults
 
 _POSITIVE_NUMBERS = ("STUCK_AFTER", "HEARTBEAT_INTERVAL", "POLL_INTERVAL", "RETRY_BACKOFF_MAX", "CONCURRENCY")
 _NON_NEGATIVE_NUMBERS = ("DEFAULT_MAX_RETRIES", "RETRY_BACKOFF", "SHUTDOWN_GRACE", "MAX_PAYLOAD_BYTES")
@@ -40,10 +42,16 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[Any]:
                 id="orchestration.E006",
             )
         )
-    queues = conf.QUEUES
-    if not isinstance(queues, list | tuple) or not all(isinstance(name, str) and name for name in queues):
+    try:
+        queue_defaults(conf.QUEUES)
+    except InvalidQueueLimit as exc:
         problems.append(
-            Error(f"ORCHESTRATION['QUEUES'] is {queues!r}; it must be a list of queue names.", id="orchestration.E005")
+            Error(
+                f"ORCHESTRATION['QUEUES'] is invalid: {exc}",
+                hint='A list of queue names, or a dict of queue to limits: {"payments": {"concurrency": 5, '
+                '"key_concurrency": 1, "rate_limit": "100/m", "key_rate_limit": "10/s"}}.',
+                id="orchestration.E005",
+            )
         )
     if not problems and conf.HEARTBEAT_INTERVAL >= conf.STUCK_AFTER:
         problems.append(

@@ -8,6 +8,10 @@ the threads of a process asking together share the claim, and the completions
 with it (``worker.dispatch``). A worker that dies first loses the completion,
 and the run's last step runs again, as if it had died just before an immediate
 write (step bodies run at least once; a checkpoint is still written once).
+
+A worker that serves a paused or limited queue claims with the limit-aware
+statement instead (``flow``), after taking its limited queues' locks in the
+same transaction and round trip.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from . import sql
+from . import flow, sql
 from .conf import conf
 from .lease import Lease, completion_params
 
@@ -35,22 +39,30 @@ class FinishedRun:
     started: float  # time.monotonic() when the attempt began
 
 
-def claim(worker_id: str, queues: list[str] | None, limit: int = 1) -> list[Lease]:
+def claim(worker_id: str, queues: list[str] | None, limit: int = 1, limited: bool | None = None) -> list[Lease]:
     """Lock up to ``limit`` due workflows of ``queues`` (None: all), mark them
-    running for ``worker_id``, and commit."""
-    return finish_and_claim(worker_id, queues, [], limit)[0]
+    running for ``worker_id``, and commit (``limited``: see ``finish_and_claim``)."""
+    return finish_and_claim(worker_id, queues, [], limit, limited)[0]
 
 
 def finish_and_claim(
-    worker_id: str, queues: list[str] | None, finished: list[FinishedRun], limit: int
+    worker_id: str, queues: list[str] | None, finished: list[FinishedRun], limit: int, limited: bool | None = None
 ) -> tuple[list[Lease], set[uuid.UUID]]:
     """Complete ``finished`` and claim up to ``limit`` workflows, in one
     transaction and one round trip; return the runs claimed and the ids of
     the runs completed (a finished run missing from them had lost its lease,
-    and nothing of it was written)."""
+    and nothing of it was written). ``limited``: whether a served queue is
+    paused or limited (None: read it now, see ``flow.Rules``)."""
     if not finished and not limit:
         return [], set()
-    (rows,) = sql.run_together(conf.DATABASE, [claim_statement(worker_id, queues, finished, limit)])
+    if limited is None:
+        limited = flow.rules_of(queues).limited
+    statement = claim_statement(worker_id, queues, finished, limit, limited)
+    if limited:
+        lock = (sql.LOCK_QUEUES, {"queues": statement[1]["queues"], "space": sql.QUEUE_LOCK_SPACE})
+        _, rows = sql.run_together(conf.DATABASE, [lock, statement], sql.INDEX_PLANS_ONLY_NO_JIT)
+    else:
+        (rows,) = sql.run_together(conf.DATABASE, [statement])
     completed = set(rows[0][-1] or ())
     for item in finished:
         if item.run.id in completed:
@@ -59,13 +71,13 @@ def finish_and_claim(
 
 
 def claim_statement(
-    worker_id: str, queues: list[str] | None, finished: list[FinishedRun], limit: int
+    worker_id: str, queues: list[str] | None, finished: list[FinishedRun], limit: int, limited: bool = False
 ) -> tuple[str, dict[str, Any]]:
-    """``sql.COMPLETE_AND_CLAIM`` for ``limit`` runs, and its parameters (also
-    for ``EXPLAIN``, by the benchmark and the tests)."""
+    """``sql.COMPLETE_AND_CLAIM`` (``_LIMITED`` with ``limited``) for ``limit``
+    runs, and its parameters (also for ``EXPLAIN``, by the benchmark and the tests)."""
     completions = completion_params([(item.run, item.output) for item in finished])
     params = {**completions, "worker": worker_id, "queues": _queue_array(tuple(queues or ()))}
-    return sql.complete_and_claim(limit), params
+    return (sql.complete_and_claim_limited if limited else sql.complete_and_claim)(limit), params
 
 
 @functools.lru_cache(maxsize=64)

@@ -36,6 +36,7 @@ class DeclaredWorkflow(WorkflowDefinition):
         priority: int | None = None,
         max_retries: int | None = None,
         timeout: float | datetime.timedelta | None = None,
+        concurrency_key: str | None = None,
     ) -> Workflow:
         """Start a run of this workflow; see ``orchestration.start_workflow``."""
         from .api import start_workflow
@@ -49,6 +50,7 @@ class DeclaredWorkflow(WorkflowDefinition):
             priority=priority,
             max_retries=max_retries,
             timeout=timeout,
+            concurrency_key=concurrency_key,
         )
 
 
@@ -65,6 +67,7 @@ def workflow(
     timeout: float | datetime.timedelta | None = None,
     schedule: str | None = None,
     step_timeout: float | datetime.timedelta | None = None,
+    concurrency_key: Callable[[Any], Any] | None = None,
 ) -> Callable[[WorkflowFunction], DeclaredWorkflow]: ...
 
 
@@ -78,6 +81,7 @@ def workflow(
     timeout: float | datetime.timedelta | None = None,
     schedule: str | None = None,
     step_timeout: float | datetime.timedelta | None = None,
+    concurrency_key: Callable[[Any], Any] | None = None,
 ) -> DeclaredWorkflow | Callable[[WorkflowFunction], DeclaredWorkflow]:
     """Register a function ``fn(ctx, data)`` as a workflow type.
 
@@ -87,6 +91,9 @@ def workflow(
     ``schedule`` (a cron expression, optionally with a sixth field for seconds)
     starts one run per tick. ``step_timeout`` (seconds or a timedelta) is the
     time limit of each ``ctx.step`` that does not pass its own ``timeout=``.
+    starts one run per tick. ``concurrency_key`` is a function of the input
+    that gives a run's key (``"customer-42"``, or None) when its start gives
+    none; the queue's per-key limits count runs by it.
     """
     if callable(name):
         return workflow()(name)
@@ -101,6 +108,10 @@ def workflow(
         raise ImproperlyConfigured(f"@workflow {exc}") from None
     if schedule is not None:
         validate_schedule(schedule)
+    if concurrency_key is not None and not callable(concurrency_key):
+        raise ImproperlyConfigured(
+            f"@workflow concurrency_key must be a function of the input, not {concurrency_key!r}"
+        )
 
     def declare(function: WorkflowFunction) -> DeclaredWorkflow:
         definition = DeclaredWorkflow(
@@ -112,6 +123,7 @@ def workflow(
             timeout=limit,
             schedule=schedule,
             step_timeout=step_limit,
+            concurrency_key=concurrency_key,
         )
         register(definition)
         return definition

@@ -22,7 +22,8 @@ from django.db.models.signals import post_init, pre_init
 from . import sql
 from .models import Workflow
 
-#: The columns the insert gives each row its own value of.
+#: The columns the insert gives each row its own value of (and ``concurrency_key``
+#: when the runs of one insert have different ones).
 OWN_COLUMNS = ("id", "input_data", "idempotency_key")
 
 
@@ -45,13 +46,21 @@ def time_ordered_uuids(count: int) -> list[uuid.UUID]:
     return ids
 
 
-def insert(alias: str, options: dict[str, Any], inputs: str, keys: list[str | None]) -> list[Workflow]:
-    """Insert a run per item of the JSON array ``inputs`` (and of ``keys``) with
-    the column values ``options`` they share; return the runs in that order. A
-    key used before returns that key's run instead: ON CONFLICT DO NOTHING
-    waited for any concurrent insert of it to commit, so a later read sees it."""
+def insert(
+    alias: str,
+    options: dict[str, Any],
+    inputs: str,
+    keys: list[str | None],
+    concurrency_keys: list[str | None] | None = None,
+) -> list[Workflow]:
+    """Insert a run per item of the JSON array ``inputs`` (and of ``keys``, and
+    of ``concurrency_keys`` if given) with the column values ``options`` they
+    share; return the runs in that order. A key used before returns that key's
+    run instead: ON CONFLICT DO NOTHING waited for any concurrent insert of it
+    to commit, so a later read sees it."""
     ids = time_ordered_uuids(len(keys))
-    created = {workflow.pk: workflow for workflow in _insert_rows(alias, options, ids, inputs, keys)}
+    rows = _insert_rows(alias, options, ids, inputs, keys, concurrency_keys)
+    created = {workflow.pk: workflow for workflow in rows}
     by_key: dict[str | None, Workflow] = {w.idempotency_key: w for w in created.values() if w.idempotency_key}
     missing = {key for key, pk in zip(keys, ids, strict=True) if pk not in created and key not in by_key}
     if missing:
@@ -60,7 +69,12 @@ def insert(alias: str, options: dict[str, Any], inputs: str, keys: list[str | No
 
 
 def _insert_rows(
-    alias: str, options: dict[str, Any], ids: list[uuid.UUID], inputs: str, keys: list[str | None]
+    alias: str,
+    options: dict[str, Any],
+    ids: list[uuid.UUID],
+    inputs: str,
+    keys: list[str | None],
+    concurrency_keys: list[str | None] | None,
 ) -> list[Workflow]:
     """The new rows: the first comes back whole, the others as their id and key
     (their input is ``inputs``, decoded here), since the rows of one INSERT
@@ -68,7 +82,8 @@ def _insert_rows(
     them, equal to what jsonb stores; its keys in the order they were sent.)"""
     connection = connections[alias]
     fields = Workflow._meta.concrete_fields
-    statement = _statement(alias, tuple(options))
+    own = OWN_COLUMNS if concurrency_keys is None else (*OWN_COLUMNS, "concurrency_key")
+    statement = _statement(alias, tuple(options), own)
     params = {
         **options,
         "ids": "{" + ",".join(map(str, ids)) + "}",  # arrays as text: psycopg's list dumpers cost more
@@ -77,6 +92,8 @@ def _insert_rows(
         "channel": sql.NOTIFY_CHANNEL,
         "notify_queue": options["queue"],
     }
+    if concurrency_keys is not None:
+        params["concurrency_keys"] = json.dumps(concurrency_keys)
     rows = sql.run(alias, statement, params)  # prepared, as the hot path's statements are
     if not rows:
         return []
@@ -89,18 +106,23 @@ def _insert_rows(
         values = template.copy()
         values[id_at], values[input_at], values[key_at] = workflow_id, input_of[workflow_id], key
         workflows.append(values)
+    if concurrency_keys is not None:
+        concurrency_key_of = dict(zip(ids, concurrency_keys, strict=True))
+        concurrency_key_at = attnames.index("concurrency_key")
+        for values in workflows:
+            values[concurrency_key_at] = concurrency_key_of[values[id_at]]
     return _as_instances(Workflow, alias, attnames, workflows)
 
 
 @functools.lru_cache(maxsize=32)
-def _statement(alias: str, shared: tuple[str, ...]) -> str:
+def _statement(alias: str, shared: tuple[str, ...], own: tuple[str, ...] = OWN_COLUMNS) -> str:
     """The insert for the columns ``shared`` by its rows, made once per database
     and set of columns: making it is a fair part of a single start's cost."""
     connection = connections[alias]
     quote = connection.ops.quote_name
     typed = tuple((column, Workflow._meta.get_field(column).db_type(connection) or "") for column in shared)
     returning = ", ".join(quote(field.column) for field in Workflow._meta.concrete_fields if field.column)
-    return sql.insert_workflows_statement(OWN_COLUMNS, typed, returning)
+    return sql.insert_workflows_statement(own, typed, returning)
 
 
 def _converted(connection: Any, fields: Any, values: list[Any]) -> list[Any]:

@@ -54,6 +54,14 @@ class InvalidWorkflowInput(OrchestrationError, ValueError):
     """The workflow's input or options are invalid."""
 
 
+class UnknownQueue(OrchestrationError, LookupError):
+    """No workflow, setting or queue source names this queue."""
+
+
+class InvalidQueueLimit(OrchestrationError, ValueError):
+    """A queue's limit is invalid: a whole number above 0, a rate such as "100/m", or None."""
+
+
 class InvalidTransition(OrchestrationError):
     """The workflow is not in a state that allows this change."""
 

@@ -93,6 +93,10 @@ class Workflow(models.Model):
     # The trace context (W3C ``traceparent``...) of the code that started the
     # run, so that its attempts' spans join the caller's trace. NULL: none.
     trace_context = models.JSONField(null=True, blank=True)
+    # Runs of one key count against their queue's per-key limits (``WorkflowQueue``).
+    # Claimed through idx_workflows_queue_claim and idx_workflows_key_claim, made by
+    # migration 0006 in SQL (they order by an expression the ORM cannot say).
+    concurrency_key = models.CharField(max_length=255, null=True, blank=True)
 
     class Meta:
         db_table = "workflows"
@@ -117,6 +121,12 @@ class Workflow(models.Model):
             # Children only: every status change of a run inserts into each
             # index that holds its row, and most runs have no parent.
             models.Index(fields=["parent"], name="idx_workflows_parent", condition=Q(parent__isnull=False)),
+            # The runs of a key running now, counted by the claim of a queue with per-key limits.
+            models.Index(
+                fields=["queue", "concurrency_key"],
+                name="idx_workflows_key_running",
+                condition=Q(status="running", concurrency_key__isnull=False),
+            ),
         ]
         constraints = [
             models.UniqueConstraint(
@@ -243,3 +253,72 @@ class WorkflowStep(models.Model):
         if self.started_at and self.completed_at:
             return (self.completed_at - self.started_at).total_seconds()
         return None
+
+
+class WorkflowQueue(models.Model):
+    """A queue's flow control, read by every claim of a worker that serves it.
+
+    No row (or a row with every limit None, not paused) means no limit. Rows are
+    written by ``orchestration.flow`` (the settings' defaults, ``set_queue_limits``,
+    ``pause_queue``, ``resume_queue``, the admin) and read by ``sql.COMPLETE_AND_CLAIM_LIMITED``.
+    """
+
+    name = models.CharField(max_length=100, primary_key=True)
+    #: Pending work is not claimed; running work finishes.
+    paused = models.BooleanField(default=False, db_default=False)
+    #: Runs of the queue ``running`` at once, across every process.
+    concurrency = models.IntegerField(null=True, blank=True)
+    #: Runs of one ``concurrency_key`` running at once.
+    key_concurrency = models.IntegerField(null=True, blank=True)
+    #: Claims in any window of the period: ``"100/m"``, ``"10/s"``, ``"1000/h"``.
+    rate_limit = models.CharField(max_length=20, null=True, blank=True)
+    #: The same, for each ``concurrency_key``.
+    key_rate_limit = models.CharField(max_length=20, null=True, blank=True)
+    #: The limits are ``ORCHESTRATION["QUEUES"]``'s, which workers write again when they
+    #: change; an operator's change (``set_queue_limits``, the admin) turns it off.
+    limits_from_settings = models.BooleanField(default=False, db_default=False)
+    #: The last key the claim served: the next claim starts after it, so keys take turns.
+    key_cursor = models.CharField(max_length=255, null=True, blank=True, editable=False)
+    updated_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        db_table = "workflow_queues"
+        ordering = ["name"]
+        constraints = [
+            models.CheckConstraint(condition=Q(concurrency__gt=0), name="workflow_queues_concurrency_gt_0"),
+            models.CheckConstraint(condition=Q(key_concurrency__gt=0), name="workflow_queues_key_concurrency_gt_0"),
+            models.CheckConstraint(
+                condition=Q(rate_limit__regex=r"^[1-9][0-9]{0,8}/[smh]$"), name="workflow_queues_rate_limit_format"
+            ),
+            models.CheckConstraint(
+                condition=Q(key_rate_limit__regex=r"^[1-9][0-9]{0,8}/[smh]$"),
+                name="workflow_queues_key_rate_limit_format",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class QueueStart(models.Model):
+    """One claim of a run of a rate-limited queue: the claims of the last period
+    are what its rate limit counts. Written and pruned by the claim itself."""
+
+    id = models.BigAutoField(primary_key=True)
+    queue = models.CharField(max_length=100)
+    concurrency_key = models.CharField(max_length=255, null=True, blank=True)
+    started_at = models.DateTimeField()
+
+    class Meta:
+        db_table = "workflow_queue_starts"
+        indexes = [
+            models.Index(fields=["queue", "started_at"], name="idx_queue_starts"),
+            models.Index(
+                fields=["queue", "concurrency_key", "started_at"],
+                name="idx_queue_starts_key",
+                condition=Q(concurrency_key__isnull=False),
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.queue} {self.started_at}"

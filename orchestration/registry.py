@@ -36,6 +36,8 @@ class WorkflowDefinition:
     schedule: str | None = None
     #: Default time limit of each ``ctx.step`` (see ``WorkflowContext.step``).
     step_timeout: datetime.timedelta | None = None
+    #: ``fn(input)`` -> the run's ``concurrency_key`` (None: no key) when a start gives none.
+    concurrency_key: Callable[[Any], Any] | None = None
 
     def __call__(self, ctx: Any, data: Any) -> Any:
         return self.function(ctx, data)

@@ -24,6 +24,8 @@ NOTIFY_CHANNEL = "orchestration_new_work"
 #: Key of the transaction-level advisory lock that lets one process at a time
 #: sweep stuck workflows; the others skip the sweep instead of waiting.
 RECLAIM_LOCK_KEY = 0x6F7263686573  # "orches"
+#: First key of the transaction-level advisory locks that serialise the claims of a limited queue.
+QUEUE_LOCK_SPACE = 0x716C696D  # "qlim"
 
 LISTEN = f"LISTEN {NOTIFY_CHANNEL}"
 NOTIFY = "SELECT pg_notify(%s, %s)"
@@ -33,25 +35,9 @@ TRY_RECLAIM_LOCK = "SELECT pg_try_advisory_xact_lock(%s)"
 CLAIMED_COLUMNS = ("id", "workflow_type", "input_data", "lease_token", "attempts", "max_retries", "queue",
                    "parent_id", "deadline")  # fmt: skip
 
-#: Complete the runs given as arrays (each fenced by its own lease, with its
-#: deferred checkpoint; a NULL step: none), then claim up to ``{limit}`` due
-#: workflows of ``%(queues)s`` (NULL: every queue) for ``%(worker)s``. Empty
-#: arrays complete nothing; a limit of 0 claims nothing. Run it as
-#: ``complete_and_claim(limit)``, which writes the limit into the text.
-#:
-#: Returns the claimed rows, each with the array of the ids completed (a run
-#: missing from it had lost its lease), or one row of NULLs with it when
-#: nothing was claimed. The last column before it says the run is ``fresh``:
-#: never claimed (``claimed.started_at`` is the locked row's) and no step
-#: recorded; a fresh run's step 1 is recorded running here, before any of its
-#: code runs, and named with its checkpoint (``lease.Lease.placeholder``).
-#:
-#: Planner: ``'pending'`` is written, not bound, so the generic plan can use ``idx_workflows_claim``.
-#: Planner: the limit is written, not bound: a bound one is planned as a tenth of the table (docs/performance.md).
-#: Planner: "no step row" is a scalar subquery, not NOT EXISTS, which a large claim hashes over every step.
-#: Locks: the completions come in id order, so two batches lock their rows in one order.
-COMPLETE_AND_CLAIM = """
-WITH done AS (
+#: The completions of ``COMPLETE_AND_CLAIM(_LIMITED)``: CTEs ``done`` (the runs
+#: completed) and ``checkpoint`` (their last steps' checkpoints).
+_COMPLETIONS = """done AS (
     UPDATE workflows AS w
     SET status = 'completed', output_data = d.output, finished_at = statement_timestamp(),
         updated_at = statement_timestamp(), lease_token = NULL, error_message = NULL, error_traceback = NULL,
@@ -71,7 +57,30 @@ WITH done AS (
         completed_at = statement_timestamp() - make_interval(secs => done.age)
     FROM done
     WHERE workflow_steps.workflow_id = done.id AND workflow_steps.step_number = done.step
-), claimed AS MATERIALIZED (
+"""
+
+#: Complete the runs given as arrays (each fenced by its own lease, with its
+#: deferred checkpoint; a NULL step: none), then claim up to ``{limit}`` due
+#: workflows of ``%(queues)s`` (NULL: every queue) for ``%(worker)s``. Empty
+#: arrays complete nothing; a limit of 0 claims nothing. Run it as
+#: ``complete_and_claim(limit)``, which writes the limit into the text.
+#:
+#: Returns the claimed rows, each with the array of the ids completed (a run
+#: missing from it had lost its lease), or one row of NULLs with it when
+#: nothing was claimed. The last column before it says the run is ``fresh``:
+#: never claimed (``claimed.started_at`` is the locked row's) and no step
+#: recorded; a fresh run's step 1 is recorded running here, before any of its
+#: code runs, and named with its checkpoint (``lease.Lease.placeholder``).
+#:
+#: Planner: ``'pending'`` is written, not bound, so the generic plan can use ``idx_workflows_claim``.
+#: Planner: the limit is written, not bound: a bound one is planned as a tenth of the table (docs/performance.md).
+#: Planner: "no step row" is a scalar subquery, not NOT EXISTS, which a large claim hashes over every step.
+#: Locks: the completions come in id order, so two batches lock their rows in one order.
+COMPLETE_AND_CLAIM = (
+    """
+WITH """
+    + _COMPLETIONS
+    + """), claimed AS MATERIALIZED (
     SELECT id, started_at FROM workflows
     WHERE status = 'pending' AND (run_after IS NULL OR run_after <= statement_timestamp())
       AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
@@ -96,6 +105,7 @@ WITH done AS (
 )
 SELECT taken.*, completed.ids FROM (SELECT array_agg(id) AS ids FROM done) AS completed LEFT JOIN taken ON true
 """
+)
 
 
 @functools.lru_cache(maxsize=64)
@@ -103,6 +113,164 @@ def complete_and_claim(limit: int) -> str:
     """``COMPLETE_AND_CLAIM`` for claims of up to ``limit`` runs: one prepared
     statement, and one generic plan, a claim size."""
     return COMPLETE_AND_CLAIM.replace("{limit}", str(int(limit)))
+
+
+#: Before ``COMPLETE_AND_CLAIM_LIMITED``, in its transaction: the advisory lock of
+#: each limited queue served (no write, no WAL), in one order. The claims of a
+#: queue take turns, each counting in a snapshot taken once those before it
+#: committed (a count in the statement that waited would not see them).
+LOCK_QUEUES = """
+SELECT pg_advisory_xact_lock(%(space)s, hashtext(name)) FROM workflow_queues
+WHERE (%(queues)s::text[] IS NULL OR name = ANY(%(queues)s::text[]))
+  AND (concurrency IS NOT NULL OR key_concurrency IS NOT NULL OR rate_limit IS NOT NULL OR key_rate_limit IS NOT NULL)
+ORDER BY hashtext(name)
+"""
+
+#: ``COMPLETE_AND_CLAIM`` for workers that serve a paused or limited queue (same
+#: parameters, same rows back): per served queue, its ``room`` (0 when paused;
+#: else the least of ``{limit}``, ``concurrency`` less its running runs, those
+#: completed here given back, and ``rate_limit``'s N less its claims of the last
+#: period), then its runs in claim order up to it. A queue with per-key limits
+#: takes its runs key by key (``turn``), starting after the last key served
+#: (``key_cursor``): each key as many as its own room, a saturated key none, so
+#: it holds no other key back and its backlog is never read. Each claim of a
+#: rate-limited queue is logged in ``workflow_queue_starts`` at ``clock``, a
+#: clock read after the lock (``LOCK_QUEUES``); the log keeps one period.
+#:
+#: Planner: every lookup is an index probe: queues and keys by ``min()`` over
+#: ``idx_workflows_queue_claim`` / ``idx_workflows_key_claim``, runs ordered by
+#: ``-priority::bigint`` so that only those indexes give the order (docs/performance.md).
+COMPLETE_AND_CLAIM_LIMITED = (
+    """
+WITH RECURSIVE """
+    + _COMPLETIONS
+    + """), pending_queue (name) AS (
+    SELECT min(queue) FROM workflows WHERE status = 'pending' AND %(queues)s::text[] IS NULL
+    UNION ALL
+    SELECT (SELECT min(w.queue) FROM workflows AS w WHERE w.status = 'pending' AND w.queue > p.name)
+    FROM pending_queue AS p WHERE p.name IS NOT NULL
+), clock AS MATERIALIZED (
+    SELECT clock_timestamp() AS now
+), rules AS MATERIALIZED (
+    SELECT s.name, COALESCE(q.paused, false) AS paused, q.concurrency, q.key_concurrency,
+        COALESCE(q.key_cursor, '') AS key_cursor,
+        split_part(q.rate_limit, '/', 1)::integer AS rate, split_part(q.key_rate_limit, '/', 1)::integer AS key_rate,
+        make_interval(secs => CASE right(q.rate_limit, 1) WHEN 's' THEN 1 WHEN 'm' THEN 60 WHEN 'h' THEN 3600 END)
+            AS rate_period,
+        make_interval(secs => CASE right(q.key_rate_limit, 1) WHEN 's' THEN 1 WHEN 'm' THEN 60 WHEN 'h' THEN 3600 END)
+            AS key_rate_period
+    FROM (SELECT unnest(%(queues)s::text[]) AS name
+          UNION ALL SELECT name FROM pending_queue WHERE name IS NOT NULL) AS s
+    LEFT JOIN workflow_queues AS q ON q.name = s.name
+), room AS MATERIALIZED (
+    SELECT r.*, r.key_concurrency IS NOT NULL OR r.key_rate IS NOT NULL AS by_key,
+        CASE WHEN r.paused THEN 0 ELSE GREATEST(0, LEAST({limit},
+            CASE WHEN r.concurrency IS NOT NULL THEN r.concurrency
+                - (SELECT count(*) FROM workflows AS w WHERE w.status = 'running' AND w.queue = r.name)
+                + (SELECT count(*) FROM done, workflows AS w WHERE w.id = done.id AND w.queue = r.name) END,
+            CASE WHEN r.rate IS NOT NULL THEN r.rate - (SELECT count(*) FROM workflow_queue_starts AS s, clock
+                WHERE s.queue = r.name AND s.started_at > clock.now - r.rate_period) END)) END AS room
+    FROM rules AS r
+), candidate AS MATERIALIZED (
+    SELECT c.* FROM room AS r CROSS JOIN LATERAL (
+        SELECT * FROM (
+            SELECT w.* FROM (VALUES (true), (false)) AS kind (keyless), LATERAL (  -- without a key; with one
+                SELECT w.id, w.started_at, w.queue, w.concurrency_key, w.priority, w.created_at, 0 AS lap
+                FROM workflows AS w
+                WHERE (kind.keyless OR NOT r.by_key) AND w.status = 'pending' AND w.queue = r.name
+                  AND (w.concurrency_key IS NULL) = kind.keyless
+                  AND (w.run_after IS NULL OR w.run_after <= statement_timestamp())
+                ORDER BY -w.priority::bigint, w.created_at LIMIT r.room
+                FOR NO KEY UPDATE SKIP LOCKED
+            ) AS w
+            UNION ALL
+            SELECT * FROM (
+                WITH RECURSIVE turn (key, lap) AS (
+                    SELECT r.key_cursor, -1 WHERE r.by_key  -- where the last turn ended; not a key to serve
+                    UNION ALL
+                    SELECT next.key, next.lap FROM turn, LATERAL (
+                        SELECT (SELECT min(w.concurrency_key) FROM workflows AS w
+                                WHERE w.status = 'pending' AND w.queue = r.name AND w.concurrency_key IS NOT NULL
+                                  AND w.concurrency_key > turn.key) AS key
+                    ) AS after, LATERAL (  -- past the last key, once: from the first, up to the cursor
+                        SELECT COALESCE(after.key, CASE WHEN turn.lap < 1 THEN (
+                            SELECT min(w.concurrency_key) FROM workflows AS w
+                            WHERE w.status = 'pending' AND w.queue = r.name AND w.concurrency_key IS NOT NULL
+                        ) END) AS key,
+                            GREATEST(turn.lap, 0) + (after.key IS NULL)::integer AS lap
+                    ) AS next
+                    WHERE next.key IS NOT NULL AND NOT (next.lap = 1 AND next.key > r.key_cursor)
+                )
+                SELECT h.* FROM (SELECT * FROM turn WHERE lap >= 0) AS turn CROSS JOIN LATERAL (
+                    SELECT GREATEST(0, LEAST(r.room,
+                        CASE WHEN r.key_concurrency IS NOT NULL THEN r.key_concurrency
+                            - (SELECT count(*) FROM workflows AS w
+                               WHERE w.status = 'running' AND w.queue = r.name AND w.concurrency_key = turn.key)
+                            + (SELECT count(*) FROM done, workflows AS w
+                               WHERE w.id = done.id AND w.queue = r.name AND w.concurrency_key = turn.key)
+                        END,
+                        CASE WHEN r.key_rate IS NOT NULL THEN r.key_rate - (
+                            SELECT count(*) FROM workflow_queue_starts AS s, clock
+                            WHERE s.queue = r.name AND s.concurrency_key = turn.key
+                              AND s.started_at > clock.now - r.key_rate_period) END)) AS room
+                ) AS k CROSS JOIN LATERAL (
+                    SELECT w.id, w.started_at, w.queue, w.concurrency_key, w.priority, w.created_at, turn.lap
+                    FROM workflows AS w
+                    WHERE w.status = 'pending' AND w.queue = r.name AND w.concurrency_key = turn.key
+                      AND (w.run_after IS NULL OR w.run_after <= statement_timestamp())
+                    ORDER BY -w.priority::bigint, w.created_at LIMIT k.room
+                    FOR NO KEY UPDATE SKIP LOCKED
+                ) AS h
+                LIMIT r.room
+            ) AS by_key
+        ) AS runs
+        ORDER BY runs.priority DESC, runs.created_at LIMIT r.room
+    ) AS c
+    WHERE r.room > 0
+), claimed AS MATERIALIZED (
+    SELECT id, started_at, queue, concurrency_key, lap FROM candidate ORDER BY priority DESC, created_at LIMIT {limit}
+), taken AS (
+    UPDATE workflows AS w
+    SET status = 'running', lease_token = gen_random_uuid(), attempts = w.attempts + 1, worker_id = %(worker)s,
+        started_at = COALESCE(w.started_at, (SELECT now FROM clock)), updated_at = statement_timestamp(),
+        run_after = NULL, waiting_for = NULL
+    FROM claimed
+    WHERE w.id = claimed.id AND w.id = ANY(ARRAY(SELECT id FROM claimed))  -- whatever the join order
+    RETURNING w.id, w.workflow_type, w.input_data, w.lease_token, w.attempts, w.max_retries, w.queue, w.parent_id,
+        w.deadline,
+        claimed.started_at IS NULL AND (SELECT 1 FROM workflow_steps AS s WHERE s.workflow_id = w.id LIMIT 1) IS NULL
+            AS fresh,
+        w.priority, w.created_at
+), placeholder AS (
+    INSERT INTO workflow_steps (workflow_id, step_number, status, started_at, attempts)
+    SELECT id, 1, 'running', statement_timestamp(), 1 FROM taken WHERE fresh
+    ON CONFLICT (workflow_id, step_number) DO NOTHING
+), logged AS (
+    INSERT INTO workflow_queue_starts (queue, concurrency_key, started_at)
+    SELECT c.queue, c.concurrency_key, clock.now FROM claimed AS c, clock, room AS r
+    WHERE r.name = c.queue AND (r.rate IS NOT NULL OR r.key_rate IS NOT NULL)
+), forgotten AS (
+    DELETE FROM workflow_queue_starts AS s USING room AS r, clock
+    WHERE s.queue = r.name AND (r.rate IS NOT NULL OR r.key_rate IS NOT NULL)
+      AND s.started_at <= clock.now - GREATEST(r.rate_period, r.key_rate_period)
+), turned AS (
+    UPDATE workflow_queues AS q SET key_cursor = last.key
+    FROM (SELECT DISTINCT ON (c.queue) c.queue, c.concurrency_key AS key FROM claimed AS c
+          WHERE c.concurrency_key IS NOT NULL ORDER BY c.queue, c.lap DESC, c.concurrency_key DESC) AS last, room AS r
+    WHERE q.name = last.queue AND r.name = last.queue AND r.by_key
+)
+SELECT t.id, t.workflow_type, t.input_data, t.lease_token, t.attempts, t.max_retries, t.queue, t.parent_id, t.deadline,
+    t.fresh, completed.ids
+FROM (SELECT array_agg(id) AS ids FROM done) AS completed LEFT JOIN taken AS t ON true
+ORDER BY t.priority DESC, t.created_at
+"""
+)
+
+
+@functools.lru_cache(maxsize=64)
+def complete_and_claim_limited(limit: int) -> str:
+    """``COMPLETE_AND_CLAIM_LIMITED`` for claims of up to ``limit`` runs."""
+    return COMPLETE_AND_CLAIM_LIMITED.replace("{limit}", str(int(limit)))
 
 
 #: The head of the fenced statements: lock the row ``%(id)s`` if lease
@@ -157,20 +325,28 @@ NO_CHECKPOINT: dict[str, Any] = {
 }
 
 
+#: The arrays ``insert_workflows_statement`` takes each row's own value of a column from.
+_OWN_ARRAYS = {"id": "unnest(%(ids)s::uuid[])", "input_data": "jsonb_array_elements(%(inputs)s::jsonb)",
+               "idempotency_key": "jsonb_array_elements_text(%(keys)s::jsonb)",
+               "concurrency_key": "jsonb_array_elements_text(%(concurrency_keys)s::jsonb)"}  # fmt: skip
+
+
 def insert_workflows_statement(columns: tuple[str, ...], shared: tuple[tuple[str, str], ...], returning: str) -> str:
     """Insert a row per item of the arrays ``%(ids)s``, ``%(inputs)s`` and
-    ``%(keys)s``, with the values ``shared`` by every row (``(column, type)``;
-    a bound NULL's type must be spelled out), skipping keys used before, and
-    NOTIFY ``%(notify_queue)s`` once. Returns each new row's id and key, and the first
-    new row whole beside each: the rows of one INSERT differ in nothing else."""
+    ``%(keys)s`` (and ``%(concurrency_keys)s`` when ``columns`` has it), with the
+    values ``shared`` by every row (``(column, type)``; a bound NULL's type must
+    be spelled out), skipping keys used before, and NOTIFY ``%(notify_queue)s``
+    once. Returns each new row's id and key, and the first new row whole beside
+    each: the rows of one INSERT differ in nothing else."""
     names = ", ".join(column for column, _ in shared)
     values = ", ".join(f"%({column})s::{db_type}" for column, db_type in shared)
+    own = ", ".join(f"r.{column}" for column in columns)
+    arrays = ", ".join(_OWN_ARRAYS[column] for column in columns)
     return f"""
         WITH new AS (
             INSERT INTO workflows ({", ".join(columns)}, {names})
-            SELECT r.id, r.input_data, r.idempotency_key, {values}
-            FROM ROWS FROM (unnest(%(ids)s::uuid[]), jsonb_array_elements(%(inputs)s::jsonb),
-                            jsonb_array_elements_text(%(keys)s::jsonb)) AS r (id, input_data, idempotency_key)
+            SELECT {own}, {values}
+            FROM ROWS FROM ({arrays}) AS r ({", ".join(columns)})
             ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
             RETURNING {returning}
         ), whole AS (
@@ -210,9 +386,18 @@ def try_reclaim_lock(alias: str) -> bool:
         return bool(cursor.fetchone()[0])
 
 
-def run_together(alias: str, statements: list[tuple[str, Any]]) -> list[list[tuple[Any, ...]]]:
-    """Run ``statements`` after ``INDEX_PLANS_ONLY``, in one transaction and
-    one round trip (psycopg's pipeline mode), and return the rows of each.
+#: ``INDEX_PLANS_ONLY`` for ``COMPLETE_AND_CLAIM_LIMITED``, with JIT off: its plan
+#: sorts a few candidates, and a sort priced out costs enough to be compiled by
+#: JIT, a second of it a claim.
+INDEX_PLANS_ONLY_NO_JIT = INDEX_PLANS_ONLY + ", set_config('jit', 'off', true)"
+
+
+def run_together(
+    alias: str, statements: list[tuple[str, Any]], settings: str = INDEX_PLANS_ONLY
+) -> list[list[tuple[Any, ...]]]:
+    """Run ``statements`` after ``settings`` (``INDEX_PLANS_ONLY``), in one
+    transaction and one round trip (psycopg's pipeline mode), and return the
+    rows of each.
 
     The connection is in autocommit mode, and psycopg sends one Sync, at the
     end of the pipeline: until then the server runs the statements in one
@@ -235,7 +420,7 @@ def run_together(alias: str, statements: list[tuple[str, Any]]) -> list[list[tup
     with connection.wrap_database_errors:
         try:
             with pg.pipeline():
-                psycopg.Cursor(pg).execute(INDEX_PLANS_ONLY)
+                psycopg.Cursor(pg).execute(settings)
                 for statement, params in statements:
                     cursors.append(psycopg.Cursor(pg))  # server-side binding: prepared (see ``run``)
                     cursors[-1].execute(statement, params)

@@ -10,12 +10,13 @@ from __future__ import annotations
 import datetime
 import json
 import math
+import re
 from typing import Any
 
 from django.utils import timezone
 
 from .conf import conf
-from .errors import InvalidWorkflowInput
+from .errors import InvalidQueueLimit, InvalidWorkflowInput
 
 WORKFLOW_TYPE_MAX_LENGTH = 100
 QUEUE_MAX_LENGTH = 100
@@ -197,3 +198,86 @@ def validate_step_timeout(timeout: Any, what: str) -> float:
             "limit of the step; give the step function a timeout of its own with functools.partial(fn, timeout=...)."
         )
     return float(seconds)
+
+
+# -- flow control: concurrency keys and the limits of a queue -----------------------
+
+CONCURRENCY_KEY_MAX_LENGTH = 255
+
+#: The rate limits' periods, by the letter that writes them: ``"100/m"``.
+RATE_PERIODS = {"s": 1, "m": 60, "h": 3600}
+#: What a rate limit looks like, whole (the table's check constraint says the same).
+RATE_PATTERN = r"[1-9][0-9]{0,8}/[smh]"
+
+#: The limits a queue can have, in ``ORCHESTRATION["QUEUES"]``, ``set_queue_limits`` and the admin.
+QUEUE_LIMITS = ("concurrency", "key_concurrency", "rate_limit", "key_rate_limit")
+
+
+def validate_concurrency_key(key: Any) -> str | None:
+    """A run's concurrency key (None: none) as stored: a whole number becomes its text."""
+    if key is None:
+        return None
+    if isinstance(key, int) and not isinstance(key, bool):
+        key = str(key)
+    if not isinstance(key, str) or not key:
+        raise InvalidWorkflowInput(f"concurrency_key must be a non-empty string (or None), not {key!r}.")
+    if len(key) > CONCURRENCY_KEY_MAX_LENGTH:
+        raise InvalidWorkflowInput(
+            f"concurrency_key {key[:40]!r}... is {len(key)} characters; the limit is {CONCURRENCY_KEY_MAX_LENGTH}."
+        )
+    return key
+
+
+def parse_rate(rate: Any) -> tuple[int, int]:
+    """``"N/s"``, ``"N/m"`` or ``"N/h"`` as (N, seconds of the period); raises ``InvalidQueueLimit``.
+
+    >>> parse_rate("100/m")
+    (100, 60)
+    """
+    if not isinstance(rate, str) or not re.fullmatch(RATE_PATTERN, rate):
+        raise InvalidQueueLimit(
+            f"A rate limit is written N/s, N/m or N/h (at most N starts a second, minute or hour; N a whole "
+            f"number from 1 to 999999999), not {rate!r}."
+        )
+    count, _, period = rate.partition("/")
+    return int(count), RATE_PERIODS[period]
+
+
+def validate_queue_limit(name: str, value: Any) -> Any:
+    """One of ``QUEUE_LIMITS`` as stored (None lifts it); raises ``InvalidQueueLimit``."""
+    if name not in QUEUE_LIMITS:
+        raise InvalidQueueLimit(f"{name!r} is not a queue limit; the limits are {', '.join(QUEUE_LIMITS)}.")
+    if value is None:
+        return None
+    if name.endswith("rate_limit"):
+        parse_rate(value)
+        return value
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value < 2**31:
+        raise InvalidQueueLimit(f"{name} must be a whole number above 0 (or None for no limit), not {value!r}.")
+    return value
+
+
+def queue_defaults(setting: Any) -> dict[str, dict[str, Any]]:
+    """``ORCHESTRATION["QUEUES"]`` as ``{queue: {limit: value}}``: a list of names
+    (no limits), or a dict of queue to a dict of limits (or None); raises
+    ``InvalidQueueLimit`` naming what is wrong."""
+    limits: list[Any]
+    if isinstance(setting, list | tuple):
+        names, limits = list(setting), [{}] * len(setting)
+    elif isinstance(setting, dict):
+        names, limits = list(setting), [value or {} for value in setting.values()]
+    else:
+        raise InvalidQueueLimit(f"it must be a list of queue names or a dict of queue to limits, not {setting!r}")
+    defaults: dict[str, dict[str, Any]] = {}
+    for name, given in zip(names, limits, strict=True):
+        try:
+            validate_queue(name)
+        except InvalidWorkflowInput as exc:
+            raise InvalidQueueLimit(str(exc)) from None
+        if not isinstance(given, dict):
+            raise InvalidQueueLimit(f"queue {name!r}: its limits must be a dict, not {given!r}")
+        try:
+            defaults[name] = {limit: validate_queue_limit(limit, value) for limit, value in given.items()}
+        except InvalidQueueLimit as exc:
+            raise InvalidQueueLimit(f"queue {name!r}: {exc}") from None
+    return defaults

@@ -10,18 +10,21 @@ those listed before it:
 - ``forms`` and ``views``: the overview, step repairs and sending an event;
 - ``limits``: the list's statement timeout;
 - ``workflow_admin``: ``WorkflowAdmin``, which puts them together;
-- ``workers``: ``WorkerAdmin``, the ``runworkers`` processes and what each holds.
+- ``workers``: ``WorkerAdmin``, the ``runworkers`` processes and what each holds;
+- ``queue_admin``: ``WorkflowQueueAdmin``, the queues' flow control (pause, limits).
 """
 
 from __future__ import annotations
 
 from django.contrib import admin
 
-from ..models import Workflow, WorkflowWorker
+from ..models import Workflow, WorkflowQueue, WorkflowWorker
+from .queue_admin import WorkflowQueueAdmin
 from .workers import WorkerAdmin
 from .workflow_admin import WorkflowAdmin
 
 admin.site.register(Workflow, WorkflowAdmin)
 admin.site.register(WorkflowWorker, WorkerAdmin)
+admin.site.register(WorkflowQueue, WorkflowQueueAdmin)
 
-__all__ = ["WorkerAdmin", "WorkflowAdmin"]
+__all__ = ["WorkerAdmin", "WorkflowAdmin", "WorkflowQueueAdmin"]

@@ -30,6 +30,11 @@ JSON_DISPLAY_LIMIT = 20_000
 MAX_STEPS_SHOWN = 300
 
 
+def queue_url(name: str) -> str:
+    """The page of queue ``name``'s flow control."""
+    return reverse("admin:orchestration_workflowqueue_change", args=[quote(name)])
+
+
 def status_badge(status: str, title: str | None = None) -> SafeString:
     return format_html('<span class="orch-badge orch-{}" title="{}">{}</span>', status, title or "", status)
 

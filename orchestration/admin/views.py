@@ -1,7 +1,7 @@
 """The console's own pages, served under the workflow admin's URLs.
 
-- the overview: the seed's three reports, queue depth, outcomes per hour as a
-  bar chart, and the health of the two tables;
+- the overview: the seed's three reports, queue depth, throttled queues,
+  outcomes per hour as a bar chart, and the health of the two tables;
 - the step repairs of a failed or cancelled workflow: retry from step N, and
   skip a failed step by supplying its output;
 - sending an event to an unfinished workflow (a human approval, say), from a
@@ -30,11 +30,11 @@ from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils import timezone
 
-from .. import api, charts, stats, transitions
+from .. import api, charts, flow, stats, transitions
 from ..errors import InvalidTransition, InvalidWorkflowInput
 from ..models import FINISHED_STATUSES, StepStatus, Workflow, WorkflowStep
 from ..waits import WaitKind, awaited_event
-from .display import change_url, changelist_url
+from .display import change_url, changelist_url, queue_url
 from .forms import SendEventForm, SkipStepForm
 
 logger = logging.getLogger(__name__)
@@ -105,6 +105,7 @@ def overview(model_admin: WorkflowConsole, request: HttpRequest) -> HttpResponse
     hourly, hourly_problem = _bounded(stats.hourly_outcomes, 24)
     health, health_problem = _bounded(stats.table_health)
     oldest, oldest_problem = _bounded(stats.oldest_pending)
+    queues, queues_problem = _bounded(flow.queue_states)
     now = timezone.now()
     context = {
         **model_admin.admin_site.each_context(request),
@@ -138,6 +139,13 @@ def overview(model_admin: WorkflowConsole, request: HttpRequest) -> HttpResponse
             for row in (depth.as_dicts() if depth else [])
         ],
         "depth_problem": depth_problem,
+        "throttled": [
+            {"name": state.name, "reasons": state.throttled, "due": state.due, "url": queue_url(state.name)}
+            for state in queues or []
+            if state.throttled
+        ],
+        "queues_problem": queues_problem,
+        "queues_url": reverse("admin:orchestration_workflowqueue_changelist"),
         "waiting": [
             {
                 "kind": kind.value,

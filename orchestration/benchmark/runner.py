@@ -2,11 +2,12 @@
 processes, each figure beside the limit a bare psycopg loop reaches on the same
 PostgreSQL in the same run.
 
-Everything happens in two scratch databases created on the server of the
+Everything happens in three scratch databases created on the server of the
 project's ``ORCHESTRATION["DATABASE"]`` and dropped at the end: "empty" for the
-main figures and "loaded" with finished workflows pre-loaded, so the two are
-measured alternately under the same conditions. No user data is read or
-written.
+main figures, "loaded" with finished workflows pre-loaded, and "limited",
+whose queue has flow control's limits (so that the workers of the other two
+never claim with the limit-aware statement); all measured alternately under
+the same conditions. No user data is read or written.
 """
 
 from __future__ import annotations
@@ -34,6 +35,14 @@ from .workers import Workers
 from .workflows import HISTORY_TYPE, WORKFLOW_TYPE, register
 
 ENQUEUE_PROBE = "INSERT INTO workflows (workflow_type, input_data) SELECT %s, '{}' FROM generate_series(1, %s)"
+#: The limits of the "limited" database's queue for a measurement (its workflows are on ``default``).
+SET_LIMITS = """
+INSERT INTO workflow_queues (name, concurrency, key_concurrency)
+VALUES ('default', %(concurrency)s, %(key_concurrency)s)
+ON CONFLICT (name) DO UPDATE SET concurrency = excluded.concurrency, key_concurrency = excluded.key_concurrency
+"""
+#: Keys of the per-key measurement, each limited to one run at a time.
+KEYS = 100
 
 
 @dataclass
@@ -52,6 +61,8 @@ class Options:
     keep: bool = False
     #: VACUUM the scratch tables this often (seconds; 0: never), for a server whose autovacuum is off.
     vacuum_every: float = 0
+    #: Measure flow control's limits too (a third database and its workers).
+    flow_control: bool = True
 
 
 class Benchmark:
@@ -69,21 +80,31 @@ class Benchmark:
         prefix = f"orchestration_benchmark_{secrets.token_hex(3)}"
         self.empty = ScratchDatabase(f"{prefix}_empty", queue_database())
         self.loaded = ScratchDatabase(f"{prefix}_loaded", queue_database())
+        self.limited = ScratchDatabase(f"{prefix}_limited", queue_database())
 
     # -- the run ---------------------------------------------------------------
 
     def run(self) -> list[Figure]:
         register()  # in this process only: start_workflows() refuses an unknown type
         opts = self.options
-        with self.empty.created(keep=opts.keep), self.loaded.created(keep=opts.keep):
+        flow_control = opts.flow_control
+        limited_processes = opts.processes if flow_control else 0
+        with (
+            self.empty.created(keep=opts.keep),
+            self.loaded.created(keep=opts.keep),
+            self.limited.created(keep=opts.keep) if flow_control else contextlib.nullcontext(),
+        ):
             self.say(f"scratch databases {self.empty.name}, {self.loaded.name}; worker logs in {self.log_dir}")
             self.server = self.empty.server_facts()
             stop_vacuum = self._vacuum_in_background()
             self._enqueue_single()
             self._load_finished_rows()
+            if flow_control:  # before its workers start, so that they claim with the limit-aware statement
+                self._limit(concurrency=opts.processes * opts.threads)
             with (
                 Workers(self.empty, opts.processes, opts.threads, opts.worker_args, self.log_dir, "empty") as empty,
                 Workers(self.loaded, opts.processes, opts.threads, opts.worker_args, self.log_dir, "loaded"),
+                Workers(self.limited, limited_processes, opts.threads, opts.worker_args, self.log_dir, "limited"),
             ):
                 for round_number in range(1, opts.repeat + 1):
                     self.say(f"round {round_number} of {opts.repeat}")
@@ -137,7 +158,9 @@ class Benchmark:
             ),
             ("multi_step", lambda: self._drain(self.empty, opts.workflows, opts.steps)),
             ("backlog", lambda: self._drain(self.empty, opts.backlog, 1, enqueue_key="bulk_enqueue")),
-        ]
+            ("concurrency_limit", lambda: self._drain_limited(concurrency=opts.processes * opts.threads)),
+            ("key_limit", lambda: self._drain_limited(key_concurrency=1)),
+        ][: None if opts.flow_control else -2]
 
     def _figures_from(self, samples: dict[str, list[float]]) -> None:
         opts = self.options
@@ -168,6 +191,12 @@ class Benchmark:
             "one_step",
             (">=", 0.95),
         )
+        if not opts.flow_control:
+            return
+        threads = opts.processes * opts.threads
+        add("concurrency_limit", f"one-step, queue concurrency {threads} (= threads)", "workflows/s", "one_step",
+            (">=", 0.80))  # fmt: skip
+        add("key_limit", f"one-step, {KEYS} keys of key_concurrency 1", "workflows/s", "one_step", (">=", 0.60))
 
     # -- phases ----------------------------------------------------------------
 
@@ -208,14 +237,32 @@ class Benchmark:
             conn.rollback()
         return plan
 
-    def _drain(self, database: ScratchDatabase, count: int, steps: int, enqueue_key: str | None = None) -> float:
+    def _limit(self, concurrency: int | None = None, key_concurrency: int | None = None) -> None:
+        self.limited.execute(SET_LIMITS, {"concurrency": concurrency, "key_concurrency": key_concurrency})
+
+    def _drain_limited(self, concurrency: int | None = None, key_concurrency: int | None = None) -> float:
+        """A one-step drain on the "limited" database under these limits (with
+        ``key_concurrency``, the workflows spread over ``KEYS`` keys in turn).
+        Its workers read the limits in each claim: a change applies at once."""
+        self._limit(concurrency, key_concurrency)
+        keys = [f"key-{n % KEYS}" for n in range(self.options.workflows)] if key_concurrency else None
+        return self._drain(self.limited, self.options.workflows, 1, keys=keys)
+
+    def _drain(
+        self,
+        database: ScratchDatabase,
+        count: int,
+        steps: int,
+        enqueue_key: str | None = None,
+        keys: list[str] | None = None,
+    ) -> float:
         """Bulk-start ``count`` workflows while the workers idle, and return the
         steady rate at which they finish them (see ``limit.STEADY_RATE``)."""
-        if database is self.empty:
+        if database is not self.loaded:
             database.reset()
         with database.queue_alias():
             started = time.perf_counter()
-            workflows = start_workflows(WORKFLOW_TYPE, [{"steps": steps}] * count)
+            workflows = start_workflows(WORKFLOW_TYPE, [{"steps": steps}] * count, concurrency_keys=keys)
             enqueue_seconds = time.perf_counter() - started
         if enqueue_key:
             self.samples.setdefault(enqueue_key, []).append(count / enqueue_seconds)

@@ -44,7 +44,8 @@ class Workers:
             log = open(self.log_dir / f"{self.label}-{n + 1}.log", "ab")
             self.processes.append(subprocess.Popen(self.command, env=env, stdout=log, stderr=subprocess.STDOUT))
             log.close()
-        self._wait_ready()
+        if self.processes:
+            self._wait_ready()
         return self
 
     def __exit__(self, *exc: object) -> None:

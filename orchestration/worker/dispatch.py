@@ -12,7 +12,9 @@ at most, and a busy process keeps a claim in flight while its threads run.
 While the process's runs are short, it claims ahead: a run waits for each busy
 thread, which takes it at once when it finishes, and each round trip writes and
 claims several runs. A run claimed ahead that waited too long goes back to
-pending for any worker (``release_waiting``).
+pending for any worker (``release_waiting``). Not while a queue it serves
+limits how many run at once: a run waiting would hold a slot that a thread
+of another process could use now (``flow.Rules.bounded``).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from django.db import DatabaseError
 
 from ..claims import FinishedRun, finish_and_claim
 from ..errors import CONNECTION_ERRORS, LeaseLost
+from ..flow import RulesCache
 from ..lease import Lease
 from .execution import Outcome, log_completed, record_failure
 
@@ -86,6 +89,8 @@ class Dispatcher:
         self.poll_interval = poll_interval
         self.stopping = stopping
         self.held = HeldRuns()
+        #: The rules of the queues served, read again once a poll interval.
+        self.rules = RulesCache(queues, poll_interval)
         self.completed = 0
         self.failed = 0
         self._wakeup = threading.Condition()
@@ -267,7 +272,8 @@ class Dispatcher:
     def _finish_and_claim(self, finished: list[FinishedRun], wanted: int) -> int:
         """Complete ``finished``, claim up to ``wanted`` for the threads; return how many were claimed."""
         try:
-            runs, completed = finish_and_claim(self.worker_id, self.queues, finished, wanted)
+            limited = self.rules.current().limited
+            runs, completed = finish_and_claim(self.worker_id, self.queues, finished, wanted, limited)
         except CONNECTION_ERRORS:
             with self._handoff:  # written by the next claim, or released with the rest on shutdown
                 self._finished[:0] = finished

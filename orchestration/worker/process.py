@@ -19,9 +19,9 @@ import threading
 import time
 from typing import Any
 
-from django.db import connections
+from django.db import DatabaseError, connections
 
-from .. import worker_rows
+from .. import flow, worker_rows
 from ..conf import conf
 from ..errors import CONNECTION_ERRORS
 from ..lease import Lease, OutagePolicy
@@ -92,6 +92,7 @@ class Worker:
         # collector need not walk them again on every pass (docs/performance.md).
         gc.freeze()
         self._check_pool()
+        self._sync_queue_settings()
         previous_handlers = self._install_signal_handlers() if in_main_thread else {}
         logger.info(
             "worker %s starting: %d threads, queues %s%s",
@@ -141,6 +142,13 @@ class Worker:
                 self.concurrency,
                 needed,
             )
+
+    def _sync_queue_settings(self) -> None:
+        """Write ``ORCHESTRATION["QUEUES"]``'s limits into the queues' rows (``flow.sync_settings``)."""
+        try:
+            flow.sync_settings()
+        except DatabaseError as exc:
+            logger.warning("worker %s: could not write the queues' limits from the settings (%s)", self.worker_id, exc)
 
     def stop(self) -> None:
         """Ask the process to stop as a first SIGTERM would."""

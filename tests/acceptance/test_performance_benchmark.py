@@ -53,6 +53,8 @@ def test_benchmark__prints_every_figure_as_a_table_and_json_lines_and_drops_its_
         "enqueue-to-start p50 (1 x 2 idle threads)",
         "enqueue-to-start p99",
         "peak RSS, runworkers --concurrency 2",
+        "one-step, queue concurrency 2 (= threads)",
+        "one-step, 100 keys of key_concurrency 1",
     ):
         assert figures[metric]["value"] > 0, metric
     assert figures["one-step workflows, runworkers"]["ratio"] > 0

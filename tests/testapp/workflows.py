@@ -180,3 +180,17 @@ def acts_on_approval(ctx: Any, data: Any) -> Any:
 
 
 from . import endings  # noqa: E402, F401  (the fault-injection suite's workflows)
+
+# -- flow control (tests/acceptance/test_flow_control_processes.py) -------------------
+
+
+@workflow("flow_hold", queue="flow", max_retries=0, concurrency_key=lambda data: data.get("key"))
+def flow_hold(ctx: Any, data: dict[str, Any]) -> Any:
+    """Holds its worker thread for ``seconds`` in one step."""
+    return ctx.step("hold", time.sleep, data.get("seconds", 0))
+
+
+@workflow("flow_naps", queue="flow", max_retries=0)
+def flow_naps(ctx: Any, data: dict[str, float]) -> Any:
+    ctx.sleep("nap", data["seconds"])
+    return ctx.step("after", lambda: "woke")

@@ -46,6 +46,7 @@ class Command(BaseCommand):
         parser.add_argument(
             "--vacuum-every", type=float, default=0, help="VACUUM the scratch tables every S seconds (autovacuum off)"
         )
+        parser.add_argument("--no-flow-control", action="store_true", help="skip the runs under flow control's limits")
         parser.add_argument("--keep", action="store_true", help="keep the scratch databases for inspection")
         parser.add_argument("--json", action="store_true", help="print only the JSON lines")
 
@@ -64,6 +65,7 @@ class Command(BaseCommand):
             worker_args=options["worker_args"].split(),
             keep=options["keep"],
             vacuum_every=options["vacuum_every"],
+            flow_control=not options["no_flow_control"],
         )
         quiet = options["json"]
         benchmark = Benchmark(settings, say=(lambda line: None) if quiet else self.stderr.write)

@@ -1,0 +1,145 @@
+"""The queues' flow control in the admin: each queue's limits beside what it is
+running now, whether it is paused, and the pause and resume actions.
+
+A row is changed only through ``orchestration.flow`` (``set_queue_limits``,
+``pause_queue``, ``resume_queue``), as the Python API and the command change
+it, and every worker applies it within a poll interval.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from django import forms
+from django.contrib import admin, messages
+from django.db.models import Count, IntegerField, OuterRef, QuerySet, Subquery
+from django.db.models.functions import Coalesce
+from django.http import HttpRequest
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
+
+from .. import flow
+from ..errors import InvalidQueueLimit
+from ..models import Workflow, WorkflowQueue, WorkflowStatus
+from ..registry import known_queues
+from ..validation import QUEUE_LIMITS, validate_queue_limit
+from .display import changelist_url, status_badge
+
+
+class WorkflowQueueForm(forms.ModelForm):
+    """Checks a queue's name and limits as ``set_queue_limits`` does, before anything is saved."""
+
+    class Meta:
+        model = WorkflowQueue
+        fields = ["name", "paused", *QUEUE_LIMITS]
+        help_texts = {
+            "concurrency": "Runs of this queue running at once, across every worker. Empty: no limit.",
+            "key_concurrency": "Runs of one concurrency key running at once. Empty: no limit.",
+            "rate_limit": 'Claims in any window of a period: "100/m", "10/s", "1000/h". Empty: no limit.',
+            "key_rate_limit": "The same, for each concurrency key. Empty: no limit.",
+            "paused": "Pending runs are not claimed; running ones finish.",
+        }
+
+    def clean_name(self) -> str:
+        name: str = self.cleaned_data["name"]
+        if self.instance._state.adding and name not in known_queues():
+            raise forms.ValidationError(
+                f"No workflow, setting or queue source uses queue {name!r}; known: {', '.join(sorted(known_queues()))}."
+            )
+        return name
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean() or {}
+        for limit in QUEUE_LIMITS:
+            if limit in cleaned:
+                try:
+                    validate_queue_limit(limit, cleaned[limit] if cleaned[limit] != "" else None)
+                except InvalidQueueLimit as exc:
+                    self.add_error(limit, str(exc))
+        return cleaned
+
+
+@admin.action(description="Pause the selected queues", permissions=["change"])
+def pause_queues(model_admin: admin.ModelAdmin[WorkflowQueue], request: HttpRequest, queryset: QuerySet[Any]) -> None:
+    _each(model_admin, request, queryset, flow.pause_queue, "Paused: {}. Running work finishes.")
+
+
+@admin.action(description="Resume the selected queues", permissions=["change"])
+def resume_queues(model_admin: admin.ModelAdmin[WorkflowQueue], request: HttpRequest, queryset: QuerySet[Any]) -> None:
+    _each(model_admin, request, queryset, flow.resume_queue, "Resumed: {}.")
+
+
+def _each(
+    model_admin: admin.ModelAdmin[WorkflowQueue],
+    request: HttpRequest,
+    queryset: QuerySet[Any],
+    change: Callable[[str], Any],
+    done: str,
+) -> None:
+    names = list(queryset.values_list("name", flat=True))
+    for name in names:
+        change(name)
+    model_admin.message_user(request, done.format(", ".join(names)), messages.SUCCESS)
+
+
+class WorkflowQueueAdmin(admin.ModelAdmin):
+    """Each queue's rules and what it runs now; saving goes through ``orchestration.flow``."""
+
+    form = WorkflowQueueForm
+    list_display = ("name", "state", "running_label", "key_concurrency", "rate_label", "key_rate_limit", "source")
+    actions = [pause_queues, resume_queues]
+    search_fields = ("name",)
+
+    class Media:
+        css = {"all": ("orchestration/admin.css",)}
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[WorkflowQueue]:
+        running = (
+            Workflow.objects.filter(queue=OuterRef("name"), status=WorkflowStatus.RUNNING)
+            .order_by()
+            .values("queue")
+            .annotate(n=Count("pk"))
+            .values("n")
+        )
+        return super().get_queryset(request).annotate(running=Coalesce(Subquery(running, IntegerField()), 0))
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+        return ("name",) if obj is not None else ()
+
+    def save_model(self, request: HttpRequest, obj: WorkflowQueue, form: Any, change: bool) -> None:
+        limits = {limit: form.cleaned_data[limit] or None for limit in QUEUE_LIMITS if limit in form.changed_data}
+        if limits or not change:
+            flow.set_queue_limits(obj.name, **limits)
+        if "paused" in form.changed_data or (not change and obj.paused):
+            (flow.pause_queue if obj.paused else flow.resume_queue)(obj.name)
+        obj.refresh_from_db()
+
+    def delete_model(self, request: HttpRequest, obj: WorkflowQueue) -> None:
+        super().delete_model(request, obj)
+        flow.sync_settings()  # a queue of the settings gets their limits back at once
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[WorkflowQueue]) -> None:
+        super().delete_queryset(request, queryset)
+        flow.sync_settings()
+
+    @admin.display(description="state", ordering="paused")
+    def state(self, obj: WorkflowQueue) -> SafeString:
+        return status_badge("paused" if obj.paused else "active")
+
+    @admin.display(description="running / concurrency")
+    def running_label(self, obj: WorkflowQueue) -> SafeString:
+        running = getattr(obj, "running", 0)
+        limit = obj.concurrency if obj.concurrency is not None else "no limit"
+        url = changelist_url(queue=obj.name, status__exact="running")
+        return format_html('<a href="{}">{}</a> / {}', url, running, limit)
+
+    @admin.display(description="started in the window / rate limit")
+    def rate_label(self, obj: WorkflowQueue) -> str:
+        if obj.rate_limit is None:
+            return "no limit"
+        return f"{flow.started_in_window(obj.name, obj.rate_limit)} / {obj.rate_limit}"
+
+    @admin.display(description="limits from", boolean=False)
+    def source(self, obj: WorkflowQueue) -> str:
+        return "ORCHESTRATION['QUEUES']" if obj.limits_from_settings else "an operator"

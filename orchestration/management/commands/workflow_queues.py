@@ -1,0 +1,86 @@
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from orchestration import flow
+from orchestration.errors import InvalidQueueLimit, UnknownQueue
+from orchestration.management.commands.workflow_stats import render_table
+
+#: The limits' options, and how a value is read ("none" lifts a limit).
+LIMIT_OPTIONS = {"concurrency": int, "key_concurrency": int, "rate_limit": str, "key_rate_limit": str}
+
+
+class Command(BaseCommand):
+    help = (
+        "The queues' flow control: list them (limits, running, throttled), pause or resume one, "
+        "or change its limits. Every worker applies a change within a poll interval."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        actions = parser.add_subparsers(dest="action", required=True)
+        listing = actions.add_parser("list", help="every queue with a row: its limits and what it runs now")
+        listing.add_argument("--json", action="store_true", help="print JSON instead of a table")
+        for action, text in (("pause", "stop claiming its pending work"), ("resume", "claim its work again")):
+            actions.add_parser(action, help=text).add_argument("queue")
+        limits = actions.add_parser("limits", help='change limits; "none" lifts one, an option not given stays')
+        limits.add_argument("queue")
+        for name in LIMIT_OPTIONS:
+            limits.add_argument(f"--{name.replace('_', '-')}", dest=name, default=None, metavar="VALUE")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        try:
+            if options["action"] == "list":
+                return self._list(options["json"])
+            if options["action"] == "limits":
+                changes = {name: _limit(name, options[name]) for name in LIMIT_OPTIONS if options[name] is not None}
+                if not changes:
+                    raise CommandError(
+                        f"Give at least one of {', '.join('--' + n.replace('_', '-') for n in LIMIT_OPTIONS)}."
+                    )
+                row = flow.set_queue_limits(options["queue"], **changes)
+            else:
+                row = (flow.pause_queue if options["action"] == "pause" else flow.resume_queue)(options["queue"])
+        except (UnknownQueue, InvalidQueueLimit) as exc:
+            raise CommandError(str(exc)) from None
+        limits = ", ".join(f"{name} {getattr(row, name) or 'none'}" for name in LIMIT_OPTIONS)
+        self.stdout.write(f"queue {row.name}: {'paused' if row.paused else 'active'}; {limits}")
+
+    def _list(self, as_json: bool) -> None:
+        states = flow.queue_states()
+        if as_json:
+            rows = [{**dataclasses.asdict(state), "throttled": state.throttled} for state in states]
+            self.stdout.write(json.dumps(rows, indent=2))
+            return
+        columns = ["queue", "state", "running", "concurrency", "key_concurrency", "rate_limit", "key_rate_limit",
+                   "due", "throttled"]  # fmt: skip
+        cells = [
+            (
+                s.name,
+                "paused" if s.paused else "active",
+                s.running,
+                s.concurrency,
+                s.key_concurrency,
+                f"{s.started} / {s.rate_limit}" if s.rate_limit else None,
+                s.key_rate_limit,
+                s.due,
+                "; ".join(s.throttled) or "no",
+            )
+            for s in states
+        ]
+        self.stdout.write(render_table("Queues", columns, [tuple("-" if v is None else v for v in c) for c in cells]))
+
+
+def _limit(name: str, value: str) -> Any:
+    """A limit's option as ``set_queue_limits`` takes it: "none" lifts it."""
+    if value.lower() == "none":
+        return None
+    if LIMIT_OPTIONS[name] is int:
+        try:
+            return int(value)
+        except ValueError:
+            raise CommandError(f"--{name.replace('_', '-')} {value!r}: a whole number, or none.") from None
+    return value

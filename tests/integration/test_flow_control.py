@@ -1,0 +1,439 @@
+"""Flow control: a queue's pause, concurrency, per-key and rate limits, as the
+claim enforces them, the API and the settings that set them, and the admin
+and the command that show and change them."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import re
+import time
+from typing import Any
+
+import pytest
+from django.contrib.admin.utils import quote
+from django.core.management import CommandError, call_command
+from django.db import connection
+from django.db.models import F
+from django.test import override_settings
+from django.urls import reverse
+from django.utils import timezone
+
+from orchestration import (
+    InvalidQueueLimit,
+    InvalidWorkflowInput,
+    UnknownQueue,
+    claims,
+    flow,
+    pause_queue,
+    resume_queue,
+    set_queue_limits,
+    sql,
+    start_workflow,
+    start_workflows,
+    workflow,
+)
+from orchestration.checks import check_settings
+from orchestration.models import QueueStart, Workflow, WorkflowQueue, WorkflowStatus
+from orchestration.worker import Outcome, Worker
+from tests.admin_support import staff_user
+from tests.support import drain
+
+pytestmark = pytest.mark.django_db
+
+QUEUE_LIST_URL = reverse("admin:orchestration_workflowqueue_changelist")
+
+
+@workflow("fc_noop", queue="fc")
+def fc_noop(ctx: Any, data: Any) -> Any:
+    return data
+
+
+@workflow("fc_keyed", queue="fc_keys", concurrency_key=lambda data: data["key"])
+def fc_keyed(ctx: Any, data: Any) -> Any:
+    return data
+
+
+@workflow("fc_free", queue="fc_free")
+def fc_free(ctx: Any, data: Any) -> Any:
+    return data
+
+
+@workflow("fc_naps", queue="fc")
+def fc_naps(ctx: Any, seconds: float | None) -> Any:
+    ctx.sleep("nap", seconds or 3600)
+    return ctx.step("after", lambda: "woke")
+
+
+def claim(limit: int = 10, queues: list[str] | None = None) -> list[Any]:
+    """Claim as a worker does, reading the queues' rules now."""
+    return claims.claim("w", queues, limit)
+
+
+def complete_and_claim(runs: list[Any], limit: int) -> list[Any]:
+    finished = [claims.FinishedRun(run, "null", 0.0) for run in runs]
+    return claims.finish_and_claim("w", None, finished, limit)[0]
+
+
+def running(queue: str) -> int:
+    return Workflow.objects.filter(queue=queue, status=WorkflowStatus.RUNNING).count()
+
+
+# -- the API ---------------------------------------------------------------------------
+
+
+def test_set_queue_limits__unknown_queue__raises_and_writes_nothing():
+    with pytest.raises(UnknownQueue, match="No queue 'nowhere'"):
+        set_queue_limits("nowhere", concurrency=2)
+    with pytest.raises(UnknownQueue):
+        pause_queue("nowhere")
+    assert not WorkflowQueue.objects.exists()
+
+
+@pytest.mark.parametrize(
+    "limits",
+    [
+        {"concurrency": 0},
+        {"concurrency": -3},
+        {"key_concurrency": True},
+        {"concurrency": 1.5},
+        {"concurrency": "3"},
+        {"rate_limit": "100/d"},
+        {"rate_limit": "0/m"},
+        {"rate_limit": "10/min"},
+        {"key_rate_limit": 100},
+        {"concurrency": 5, "rate_limit": "many/s"},
+    ],
+)
+def test_set_queue_limits__a_non_positive_limit_or_a_malformed_rate__raises_and_writes_nothing(limits):
+    with pytest.raises(InvalidQueueLimit):
+        set_queue_limits("fc", **limits)
+    assert not WorkflowQueue.objects.exists()
+
+
+def test_set_queue_limits__none_lifts_a_limit__one_not_given_stays():
+    set_queue_limits("fc", concurrency=3, rate_limit="100/m")
+    row = set_queue_limits("fc", concurrency=None, key_concurrency=2)
+    assert (row.concurrency, row.key_concurrency, row.rate_limit, row.paused) == (None, 2, "100/m", False)
+    assert not row.limits_from_settings
+
+
+@pytest.mark.parametrize("key", ["k" * 256, "", 4.5, ["a"]])
+def test_start_workflow__a_bad_concurrency_key__raises_and_writes_nothing(key):
+    with pytest.raises(InvalidWorkflowInput, match="concurrency_key"):
+        start_workflow("fc_noop", concurrency_key=key)
+    with pytest.raises(InvalidWorkflowInput, match="concurrency_key"):
+        start_workflows("fc_noop", [1, 2], concurrency_keys=["ok", key])
+    assert not Workflow.objects.exists()
+
+
+def test_concurrency_key__given__from_the_decorator__per_run_in_a_batch():
+    assert start_workflow("fc_noop", concurrency_key="customer-42").concurrency_key == "customer-42"
+    assert start_workflow("fc_keyed", {"key": 7}).concurrency_key == "7"  # a whole number becomes its text
+    batch = start_workflows("fc_keyed", [{"key": "a"}, {"key": "b"}, {"key": "a"}])
+    same = start_workflows("fc_noop", [1, 2], concurrency_keys=["c", "c"])
+    rows = Workflow.objects.filter(pk__in=[w.pk for w in batch + same]).order_by("created_at", "id")
+    assert [w.concurrency_key for w in batch + same] == ["a", "b", "a", "c", "c"]
+    assert sorted(rows.values_list("concurrency_key", flat=True)) == ["a", "a", "b", "c", "c"]
+    with pytest.raises(InvalidWorkflowInput, match="concurrency_key function of workflow 'fc_keyed' failed"):
+        start_workflow("fc_keyed", {"no key": 1})
+
+
+def test_settings__dict_form_gives_the_defaults__an_operator_change_stays__settings_changes_apply_otherwise():
+    base = {"QUEUES": {"fc": {"concurrency": 5, "rate_limit": "10/s"}, "fc_free": None}}
+    with override_settings(ORCHESTRATION=base):
+        flow.sync_settings()
+        row = WorkflowQueue.objects.get()
+        assert (row.name, row.concurrency, row.rate_limit, row.limits_from_settings) == ("fc", 5, "10/s", True)
+    with override_settings(ORCHESTRATION={"QUEUES": {"fc": {"concurrency": 7}}}):
+        flow.sync_settings()
+        assert WorkflowQueue.objects.values_list("concurrency", "rate_limit").get() == (7, None)
+        set_queue_limits("fc", concurrency=2)  # the operator's value wins from now on
+    with override_settings(ORCHESTRATION={"QUEUES": {"fc": {"concurrency": 9}}}):
+        flow.sync_settings()
+        assert WorkflowQueue.objects.values_list("concurrency", flat=True).get() == 2
+    WorkflowQueue.objects.all().delete()
+    with override_settings(ORCHESTRATION={"QUEUES": {"fc": {"key_concurrency": 1}}}):
+        pause_queue("fc")  # made from the settings first, then paused
+        assert WorkflowQueue.objects.values_list("key_concurrency", "paused").get() == (1, True)
+    with override_settings(ORCHESTRATION={"QUEUES": ["fc"]}):  # the list form: no limits
+        flow.sync_settings()
+        assert WorkflowQueue.objects.values_list("key_concurrency", "paused").get() == (None, True)
+        resume_queue("fc")
+        flow.sync_settings()
+        assert not WorkflowQueue.objects.exists()
+
+
+@pytest.mark.parametrize(
+    "queues, problem",
+    [
+        (["fc", "payments"], None),
+        ({"payments": {"concurrency": 5, "key_concurrency": 1, "rate_limit": "100/m"}, "fc": None}, None),
+        ({"payments": {"concurrency": 0}}, "concurrency must be a whole number above 0"),
+        ({"payments": {"rate_limit": "100 a minute"}}, "A rate limit is written N/s"),
+        ({"payments": {"speed": 3}}, "'speed' is not a queue limit"),
+        ({"payments": 5}, "its limits must be a dict"),
+        ("payments", "it must be a list of queue names or a dict"),
+    ],
+)
+def test_system_check__validates_queues_in_either_form(queues, problem):
+    with override_settings(ORCHESTRATION={"QUEUES": queues}):
+        errors = [error for error in check_settings() if error.id == "orchestration.E005"]
+    assert [problem in error.msg for error in errors] == ([True] if problem else [])
+
+
+# -- the claim -------------------------------------------------------------------------
+
+
+def test_claim__concurrency_limit__counts_every_running_run__a_completion_in_the_same_statement_frees_its_slot():
+    start_workflows("fc_noop", range(10))
+    start_workflows("fc_free", range(3))
+    set_queue_limits("fc", concurrency=3)
+    first = claim(limit=10)
+    assert running("fc") == 3 and running("fc_free") == 3  # a queue without limits claims as before
+    assert claim() == []
+    done = [run for run in first if run.queue == "fc"][:2]
+    assert len(complete_and_claim(done, 10)) == 2 and running("fc") == 3
+
+
+def test_claim__waiting_runs_hold_no_slot():
+    start_workflows("fc_naps", [None] * 3)
+    set_queue_limits("fc", concurrency=1)
+    assert drain() == ["waiting"] * 3  # one at a time, each released to pending as it starts to wait
+    assert Workflow.objects.filter(status=WorkflowStatus.PENDING, waiting_for__startswith="timer").count() == 3
+
+
+def test_claim__per_key_limit__one_run_of_each_key__a_saturated_key_holds_back_no_other():
+    start_workflows("fc_keyed", [{"key": "hot"}] * 20 + [{"key": "a"}, {"key": "b"}, {"key": "b"}])
+    set_queue_limits("fc_keys", key_concurrency=1)
+    assert sorted(run.input_data["key"] for run in claim()) == ["a", "b", "hot"]
+    assert claim() == []
+
+
+def test_claim__keys_take_turns_from_the_key_after_the_last_one_served():
+    start_workflows("fc_keyed", [{"key": f"k{n}"} for n in range(1, 6)] * 3)
+    set_queue_limits("fc_keys", key_concurrency=1)
+    turns, runs = [], claim(limit=2)
+    for _ in range(4):
+        turns.append(sorted(run.input_data["key"] for run in runs))
+        runs = complete_and_claim(runs, 2)
+    assert turns == [["k1", "k2"], ["k3", "k4"], ["k1", "k5"], ["k2", "k3"]]
+
+
+def test_claim__rate_limit__counts_the_claims_of_the_last_period__and_forgets_older_ones():
+    start_workflows("fc_noop", range(10))
+    set_queue_limits("fc", rate_limit="3/m")
+    assert len(claim()) == 3 and claim() == []
+    QueueStart.objects.update(started_at=F("started_at") - datetime.timedelta(seconds=61))
+    assert len(claim()) == 3
+    assert QueueStart.objects.count() == 3, "the claims of an earlier period are forgotten"
+
+
+def test_claim__key_rate_limit__counts_each_key_apart():
+    start_workflows("fc_keyed", [{"key": "a"}] * 3 + [{"key": "b"}] * 3)
+    set_queue_limits("fc_keys", key_rate_limit="1/h")
+    assert sorted(run.input_data["key"] for run in claim()) == ["a", "b"]
+    assert claim() == []
+
+
+def test_claim__paused_queue__none_of_its_runs__other_queues_as_before__resume_claims_again():
+    paused = start_workflows("fc_noop", range(3))
+    start_workflows("fc_free", range(2))
+    pause_queue("fc")
+    assert {run.queue for run in claim()} == {"fc_free"}
+    assert claim() == []
+    resume_queue("fc")
+    assert {run.id for run in claim()} == {workflow.pk for workflow in paused}
+
+
+def test_pause__a_timer_that_ends_while_paused__wakes_into_pending_and_waits_for_the_resume():
+    napping = start_workflow("fc_naps", 0.3)
+    assert drain() == ["waiting"]
+    pause_queue("fc")
+    time.sleep(0.4)
+    assert Workflow.objects.filter(pk=napping.pk, run_after__lte=timezone.now()).exists(), "due, pending"
+    assert claim() == []
+    resume_queue("fc")
+    assert drain() == ["completed"]
+
+
+def test_claim__a_limited_queue_claims_by_priority_then_age():
+    low = start_workflow("fc_noop", priority=-1)
+    old, new = start_workflow("fc_noop", 1), start_workflow("fc_noop", 2)
+    high = start_workflow("fc_noop", priority=5)
+    set_queue_limits("fc", concurrency=10)
+    assert [run.id for run in claim(limit=1) + claim(limit=1) + claim(limit=2)] == [high.pk, old.pk, new.pk, low.pk]
+
+
+def generic_plan(statement: str, params: dict[str, Any]) -> str:
+    """The workers' plan of ``statement``: its prepared generic plan under
+    ``sql.INDEX_PLANS_ONLY_NO_JIT``, run with ``params`` (EXPLAIN ANALYZE, BUFFERS)."""
+    names = list(dict.fromkeys(re.findall(r"%\((\w+)\)s", statement)))
+    text = re.sub(r"%\((\w+)\)s", lambda match: f"${names.index(match.group(1)) + 1}", statement)
+
+    def literal(value: Any) -> str:
+        return "NULL" if value is None else "'" + str(value).replace("'", "''") + "'"
+
+    with connection.cursor() as cursor:
+        cursor.execute(sql.INDEX_PLANS_ONLY_NO_JIT)
+        cursor.execute("PREPARE flow_claim AS " + text)
+        arguments = ", ".join(literal(params[name]) for name in names)
+        cursor.execute(f"EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) EXECUTE flow_claim({arguments})")
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+        cursor.execute("DEALLOCATE flow_claim")
+    return plan
+
+
+def buffers(plan: str, node: str) -> int:
+    """The buffers that ``node`` of ``plan`` read, those of the nodes under it included."""
+    below = plan.split(node, 1)[1]
+    return sum(map(int, re.findall(r"(?:hit|read)=(\d+)", below.split("Buffers:", 1)[1].split("\n", 1)[0])))
+
+
+def test_claim_plan__a_saturated_key_with_100000_pending__is_never_read():
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE workflows")  # the statistics of an empty table, as migrate left them
+        cursor.execute(
+            "INSERT INTO workflows (workflow_type, queue, concurrency_key, created_at) "
+            "SELECT 'fc_keyed', 'fc_keys', 'hot', now() - interval '1 hour' + n * interval '1 ms' "
+            "FROM generate_series(1, 100000) AS n"
+        )
+    start_workflows("fc_keyed", [{"key": "hot"}, {"key": "cold-1"}, {"key": "cold-2"}])
+    Workflow.objects.filter(pk=Workflow.objects.filter(concurrency_key="hot").order_by("created_at")[0].pk).update(
+        status=WorkflowStatus.RUNNING
+    )
+    set_queue_limits("fc_keys", key_concurrency=1)
+    plan = generic_plan(*claims.claim_statement("w", ["fc_keys"], [], 4, limited=True))
+    assert "idx_workflows_key_claim" in plan and "Seq Scan" not in plan and "Bitmap" not in plan, plan
+    assert re.search(r"Update on workflows w_\d+ \(actual time=[\d.]+ rows=2 ", plan), plan  # the two cold keys
+    # Reading the hot key's backlog would take thousands (a previous test's rolled-back rows may lie between queues).
+    assert buffers(plan, "CTE candidate") < 300 and buffers(plan, "CTE taken") < 300, plan
+
+
+def test_claim_plan__a_paused_queue_with_a_backlog__slows_no_other_queue():
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE workflows")
+        cursor.execute(
+            "INSERT INTO workflows (workflow_type, queue, created_at) "
+            "SELECT 'fc_noop', 'fc', now() - interval '1 hour' + n * interval '1 ms' "
+            "FROM generate_series(1, 20000) AS n"
+        )
+    free = start_workflows("fc_free", range(3))
+    pause_queue("fc")
+    plan = generic_plan(*claims.claim_statement("w", None, [], 4, limited=True))
+    assert re.search(r"Update on workflows w_\d+ \(actual time=[\d.]+ rows=3 ", plan), plan
+    # Each queue's runs are read from its own part of idx_workflows_queue_claim: the paused one's not at all.
+    runs_read = plan.split("CTE candidate", 1)[1].split("CTE claimed", 1)[0]
+    assert buffers(runs_read, "Append") < 50 and "rows=20000" not in plan, plan
+    assert running("fc_free") == len(free)
+
+
+# -- the workers -----------------------------------------------------------------------
+
+
+def test_rules__a_worker_reads_them_again_once_a_poll_interval():
+    cache = flow.RulesCache(["fc"], interval=3600)
+    assert cache.current() == flow.Rules()
+    set_queue_limits("fc", concurrency=2)
+    assert cache.current() == flow.Rules(), "not before the interval has passed"
+    assert flow.RulesCache(["fc"], interval=0).current() == flow.Rules(limited=True)
+    assert flow.rules_of(["fc_free"]) == flow.Rules()
+    set_queue_limits("fc_free", concurrency=None)  # a row with no limit, not paused, limits nothing
+    assert flow.rules_of(["fc_free"]) == flow.Rules()
+    pause_queue("fc_free")
+    assert flow.rules_of(None) == flow.rules_of(["fc_free"]) == flow.Rules(limited=True)
+
+
+def test_dispatcher__runs_claimed_ahead_count_against_the_concurrency_limit():
+    start_workflows("fc_noop", range(10))
+    worker = Worker(concurrency=3, queues=["fc"], poll_interval=0)
+    worker.dispatcher.note_run(Outcome.COMPLETED, 0.001)  # short runs: it claims ahead
+    set_queue_limits("fc", concurrency=2)
+    assert worker.dispatcher.next_run() is not None
+    assert len(worker.dispatcher.waiting) == 1 and running("fc") == 2
+
+
+# -- the admin and the command -----------------------------------------------------------
+
+
+def test_queue_admin__lists_each_queue_with_its_limits_running_count_and_state(admin_client):
+    start_workflows("fc_noop", range(4))
+    set_queue_limits("fc", concurrency=3, rate_limit="100/m")
+    pause_queue("fc_free")
+    claim()
+    html = admin_client.get(QUEUE_LIST_URL).content.decode()
+
+    def row(name: str) -> str:
+        url = reverse("admin:orchestration_workflowqueue_change", args=[quote(name)])
+        return html.split(f'href="{url}"', 1)[1].split("</tr>", 1)[0]
+
+    assert "orch-active" in row("fc") and ">3</a> / 3" in row("fc") and "3 / 100/m" in row("fc"), row("fc")
+    assert "orch-paused" in row("fc_free") and "no limit" in row("fc_free"), row("fc_free")
+
+
+def test_queue_admin__refuses_a_zero_limit_or_a_malformed_rate__saves_through_the_api(admin_client):
+    url = reverse("admin:orchestration_workflowqueue_add")
+    form = {"name": "fc", "concurrency": "0", "key_concurrency": "", "rate_limit": "lots", "key_rate_limit": ""}
+    response = admin_client.post(url, form)
+    assert response.status_code == 200 and not WorkflowQueue.objects.exists()
+    errors = response.context["adminform"].form.errors
+    assert "concurrency" in errors and "A rate limit is written N/s" in str(errors["rate_limit"])
+    assert "No workflow" in str(admin_client.post(url, {**form, "name": "nowhere"}).context["adminform"].form.errors)
+    admin_client.post(url, {**form, "concurrency": "2", "rate_limit": "5/s", "paused": "on"})
+    row = WorkflowQueue.objects.get()
+    assert (row.concurrency, row.rate_limit, row.paused, row.limits_from_settings) == (2, "5/s", True, False)
+    change = reverse("admin:orchestration_workflowqueue_change", args=["fc"])
+    admin_client.post(change, {"concurrency": "", "key_concurrency": "1", "rate_limit": "5/s", "key_rate_limit": ""})
+    row.refresh_from_db()
+    assert (row.concurrency, row.key_concurrency, row.paused) == (None, 1, False)
+
+
+def test_queue_admin__deleting_a_queue_gives_it_back_the_settings_limits(admin_client):
+    with override_settings(ORCHESTRATION={"QUEUES": {"fc": {"concurrency": 5}}}):
+        set_queue_limits("fc", concurrency=1)
+        admin_client.post(reverse("admin:orchestration_workflowqueue_delete", args=["fc"]), {"post": "yes"})
+        row = WorkflowQueue.objects.get()
+    assert (row.concurrency, row.limits_from_settings) == (5, True)
+
+
+def test_queue_admin__pause_and_resume_actions_need_the_change_permission(client):
+    set_queue_limits("fc", concurrency=1)
+    client.force_login(staff_user("view_workflowqueue"))
+    form = {"action": "pause_queues", "_selected_action": ["fc"], "index": 0}
+    client.post(QUEUE_LIST_URL, form)
+    assert not WorkflowQueue.objects.get().paused
+    client.force_login(staff_user("view_workflowqueue", "change_workflowqueue", username="ops"))
+    client.post(QUEUE_LIST_URL, form)
+    assert WorkflowQueue.objects.get().paused
+    client.post(QUEUE_LIST_URL, {**form, "action": "resume_queues"})
+    assert not WorkflowQueue.objects.get().paused
+
+
+def test_overview__shows_the_throttled_queues_and_why(admin_client):
+    start_workflows("fc_noop", range(3))
+    start_workflows("fc_keyed", [{"key": "a"}] * 2)
+    set_queue_limits("fc", concurrency=1)
+    set_queue_limits("fc_keys", key_concurrency=1)
+    claim()
+    pause_queue("fc_free")  # nothing due: not throttled
+    html = admin_client.get(reverse("admin:orchestration_workflow_overview")).content.decode()
+    panel = html.split('id="orch-throttled"', 1)[1].split("</section>", 1)[0]
+    assert "at its concurrency limit (1 of 1 running)" in panel and "1 key(s) at their limit of 1" in panel, panel
+    assert "fc_free" not in panel
+
+
+def test_command__pauses_resumes_changes_limits_and_lists_the_queues(capsys):
+    call_command("workflow_queues", "limits", "fc", "--concurrency", "4", "--rate-limit", "10/s")
+    call_command("workflow_queues", "pause", "fc")
+    assert "queue fc: paused; concurrency 4" in capsys.readouterr().out
+    call_command("workflow_queues", "limits", "fc", "--rate-limit", "none")
+    call_command("workflow_queues", "resume", "fc")
+    call_command("workflow_queues", "list", "--json")
+    (listed,) = json.loads(capsys.readouterr().out.split("\n", 2)[2])
+    assert (listed["name"], listed["paused"], listed["concurrency"], listed["rate_limit"]) == ("fc", False, 4, None)
+    call_command("workflow_queues", "list")
+    assert "Queues" in capsys.readouterr().out
+    with pytest.raises(CommandError, match="No queue 'nowhere'"):
+        call_command("workflow_queues", "pause", "nowhere")
+    with pytest.raises(CommandError, match="whole number above 0"):
+        call_command("workflow_queues", "limits", "fc", "--concurrency", "0")

@@ -99,7 +99,7 @@ def test_runs_claimed_ahead__left_waiting_too_long__go_back_to_pending_without_s
     worker = worker_after_runs_of(0.001)
     runs = {run.id: run for run in claims.claim(worker.worker_id, None, limit=2)}
     runs[first.pk].claimed_at -= 5.0
-    worker.dispatcher.offer(runs.values())
+    worker.dispatcher.offer([runs[first.pk], runs[second.pk]])  # claimed first, waited longest
     worker.dispatcher.release_waiting(older_than=1.0)
     assert [run.id for run in worker.dispatcher.waiting] == [second.pk]
     released = Workflow.objects.get(pk=first.pk)

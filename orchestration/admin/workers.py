@@ -22,6 +22,7 @@ from django.utils.safestring import SafeString
 from .. import charts, worker_rows
 from ..models import Workflow, WorkflowStatus, WorkflowWorker
 from .display import change_url, changelist_url, status_badge, timestamp_column
+from .readonly import ReadOnlyConsole
 
 #: Runs listed on a worker's page; the list of them all is linked.
 HELD_SHOWN = 100
@@ -44,7 +45,7 @@ class StateFilter(admin.SimpleListFilter):
         return queryset
 
 
-class WorkerAdmin(admin.ModelAdmin):
+class WorkerAdmin(ReadOnlyConsole, admin.ModelAdmin):
     list_display = ("id", "state", "host", "pid", "queues_label", "concurrency", "holds", "started", "last_seen")
     list_filter = (StateFilter,)
     search_fields = ("=id", "=host")
@@ -57,18 +58,6 @@ class WorkerAdmin(admin.ModelAdmin):
     )
     readonly_fields = flatten_fieldsets([(None, {"fields": fields})])
     list_per_page = 100
-
-    class Media:
-        css = {"all": ("orchestration/admin.css",)}
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[WorkflowWorker]:
         held = (

@@ -47,6 +47,7 @@ from .display import (
 from .filters import ParentFilter, PendingFilter, QueueFilter, WorkerFilter, WorkflowTypeFilter
 from .inlines import WorkflowStepInline
 from .limits import time_limited
+from .readonly import ReadOnlyConsole
 from .views import overview, retry_from_step, send_event, send_event_context, skip_step
 
 
@@ -90,7 +91,7 @@ class WorkflowChangeList(ChangeList):
         )
 
 
-class WorkflowAdmin(admin.ModelAdmin):
+class WorkflowAdmin(ReadOnlyConsole, admin.ModelAdmin):
     """Every workflow, read only: the console changes a row only through ``orchestration.api``
     (the actions, the step repairs, sending an event), never by saving a form."""
 
@@ -167,21 +168,6 @@ class WorkflowAdmin(admin.ModelAdmin):
     show_full_result_count = False
     show_facets = admin.ShowFacets.NEVER
     list_per_page = 50
-
-    class Media:
-        css = {"all": ("orchestration/admin.css",)}
-
-    # -- permissions: the console never edits rows; it only runs transitions.
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        # Deleting is retention's job (purge_workflows), which spares unfinished work.
-        return False
 
     def has_retry_permission(self, request: HttpRequest) -> bool:
         return request.user.has_perm("orchestration.retry_workflow")

@@ -95,12 +95,26 @@ def start_workers(*args: str, env: dict[str, str] | None = None, **popen: Any) -
     return process
 
 
-def run_burst(*args: str, timeout: float = 120, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def run_manage(
+    command: str, *args: str, timeout: float = 300, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """A management command run to its end in a process of its own, on the test database."""
     return subprocess.run(
-        runworkers_command("--burst", *args),
+        [sys.executable, str(ROOT / "manage.py"), command, *args],
         cwd=ROOT,
         env=env or worker_env(),
         capture_output=True,
         text=True,
         timeout=timeout,
     )
+
+
+def run_burst(*args: str, timeout: float = 120, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return run_manage("runworkers", "--burst", *args, timeout=timeout, env=env)
+
+
+def scratch_databases() -> set[str]:
+    """The benchmarks' own databases, which they must drop when done."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT datname FROM pg_database WHERE datname LIKE 'orchestration_benchmark_%%'")
+        return {row[0] for row in cursor.fetchall()}

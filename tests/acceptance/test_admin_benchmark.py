@@ -5,13 +5,10 @@ and report answers, and that nothing is left behind)."""
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 
 import pytest
 
-from tests.acceptance.test_performance_benchmark import scratch_databases
-from tests.support import ROOT, worker_env
+from tests.support import run_manage, scratch_databases
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -20,14 +17,7 @@ SMALL = ("--rows", "5000", "--chunk", "2000", "--repeat", "1")
 
 def test_benchmark_admin__times_every_page_and_report_and_drops_its_database():
     before = scratch_databases()
-    result = subprocess.run(
-        [sys.executable, str(ROOT / "manage.py"), "benchmark_admin", *SMALL],
-        cwd=ROOT,
-        env=worker_env(),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    result = run_manage("benchmark_admin", *SMALL)
     assert result.returncode == 0, result.stdout + result.stderr[-3000:]
     rows = re.findall(r"^\| (.+?) \| (\d+) \| (\d+) \| (\d+) \|$", result.stdout, re.M)
     pages = {page: status for page, _, _, status in rows}

@@ -4,13 +4,10 @@ that every figure comes out and nothing is left behind, not the figures)."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
-from django.db import connection
 
-from tests.support import ROOT, worker_env
+from tests.support import run_manage, scratch_databases
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -21,22 +18,9 @@ SMALL = [
 ]  # fmt: skip
 
 
-def scratch_databases() -> set[str]:
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT datname FROM pg_database WHERE datname LIKE 'orchestration_benchmark_%%'")
-        return {row[0] for row in cursor.fetchall()}
-
-
 def test_benchmark__prints_every_figure_as_a_table_and_json_lines_and_drops_its_databases():
     before = scratch_databases()
-    result = subprocess.run(
-        [sys.executable, str(ROOT / "manage.py"), "benchmark", *SMALL],
-        cwd=ROOT,
-        env=worker_env(),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    result = run_manage("benchmark", *SMALL)
     assert result.returncode == 0, result.stdout + result.stderr[-3000:]
     lines = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
     configuration, figures = lines[0]["configuration"], {line["metric"]: line for line in lines[1:]}

@@ -6,8 +6,6 @@ from __future__ import annotations
 import datetime
 import io
 import json
-import subprocess
-import sys
 import uuid
 
 import pytest
@@ -19,7 +17,7 @@ from orchestration import start_workflow
 from orchestration.models import Workflow, WorkflowEvent, WorkflowWorker
 from tests.admin_support import failed_three_steps
 from tests.factories import WorkflowFactory, WorkflowStepFactory
-from tests.support import ROOT, drain, worker_env
+from tests.support import drain, run_manage
 
 pytestmark = pytest.mark.django_db
 
@@ -208,14 +206,7 @@ def test_pause_and_resume__call_flow_control_or_say_it_is_missing(monkeypatch):
 
 def test_exit_status__reaches_the_shell():
     missing = uuid.uuid4()
-    result = subprocess.run(
-        [sys.executable, str(ROOT / "manage.py"), "workflows", "show", str(missing)],
-        cwd=ROOT,
-        env=worker_env(),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    result = run_manage("workflows", "show", str(missing), timeout=60)
     assert result.returncode == 3
     assert f"No workflow {missing}." in result.stderr
 

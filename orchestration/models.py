@@ -139,6 +139,11 @@ class Workflow(models.Model):
             # Children only: every status change of a run inserts into each
             # index that holds its row, and most runs have no parent.
             models.Index(fields=["parent"], name="idx_workflows_parent", condition=Q(parent__isnull=False)),
+            # Keys with a scope (unique while active, debounced), for the search by key;
+            # uniq_workflows_idempotency_key holds the others.
+            models.Index(
+                fields=["idempotency_key"], name="idx_workflows_scoped_key", condition=Q(key_scope__isnull=False)
+            ),
             # Forks only, as for children: deleting a run finds its forks by it.
             models.Index(
                 fields=["forked_from"], name="idx_workflows_forked_from", condition=Q(forked_from__isnull=False)

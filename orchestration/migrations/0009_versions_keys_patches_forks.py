@@ -4,8 +4,9 @@ run took (``patches``, for ``ctx.patched``), and the run a fork came from
 
 ``uniq_workflows_idempotency_key`` is rebuilt to leave out keys with a scope
 (the table is locked for writes while it is built, a few seconds per million
-keyed rows); the two new unique indexes, the arbiters of a scoped start's ON
-CONFLICT, and the forks' index hold no existing row. Adding nullable columns
+keyed rows); the two new unique indexes (the arbiters of a scoped start's ON
+CONFLICT), the scoped keys' index (the admin's search by key reads it with the
+first) and the forks' index hold no existing row. Adding nullable columns
 rewrites nothing.
 """
 
@@ -38,6 +39,10 @@ class Migration(migrations.Migration):
             model_name='workflow',
             name='patches',
             field=models.JSONField(blank=True, null=True),
+        ),
+        migrations.AddIndex(
+            model_name='workflow',
+            index=models.Index(condition=models.Q(('key_scope__isnull', False)), fields=['idempotency_key'], name='idx_workflows_scoped_key'),
         ),
         migrations.AddIndex(
             model_name='workflow',

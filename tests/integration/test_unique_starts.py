@@ -4,11 +4,14 @@ idempotency key collapsed into the run that holds it."""
 import datetime
 
 import pytest
+from django.db import connection
 from django.utils import timezone
 
 from orchestration import InvalidTransition, InvalidWorkflowInput, cancel_workflow, retry_workflow, start_workflow
+from orchestration.listing import search_q
 from orchestration.models import Workflow
 from tests.support import drain
+from tests.testapp.workflows import echo
 
 pytestmark = pytest.mark.django_db
 
@@ -42,6 +45,12 @@ def test_unique_while_active__retrying_a_run_while_another_of_its_key_is_active_
     with pytest.raises(InvalidTransition, match="another run of its idempotency key"):
         retry_workflow(first)
     assert Workflow.objects.get(pk=first.pk).status == "cancelled"
+
+
+def test_decorated_workflow__start_takes_the_same_options():
+    first = echo.start({"n": 1}, idempotency_key="report-7", unique_while_active=True)
+    assert echo.start({"n": 2}, idempotency_key="report-7", unique_while_active=True).pk == first.pk
+    assert echo.start({"n": 3}, idempotency_key="burst", debounce=5).key_scope == "debounce"
 
 
 def test_debounce__starts_within_the_window_become_one_run_with_the_latest_input_due_at_its_end():
@@ -84,3 +93,14 @@ def test_unique_and_debounced_starts__bad_options_raise_and_write_nothing(option
     with pytest.raises(InvalidWorkflowInput, match=message):
         start_workflow("echo", {}, **options)
     assert not Workflow.objects.exists()
+
+
+def test_search_by_key__finds_runs_of_every_scope_through_the_key_indexes():
+    kept = start_workflow("echo", {}, idempotency_key="order-7")
+    unique = start_workflow("echo", {}, idempotency_key="order-7", unique_while_active=True)
+    found = Workflow.objects.filter(search_q("order-7")).order_by()
+    assert set(found.values_list("pk", flat=True)) == {kept.pk, unique.pk}
+    with connection.cursor() as cursor:
+        cursor.execute("SET LOCAL enable_seqscan = off")  # a plan with no index left would still scan
+    plan = found.explain()
+    assert "Seq Scan" not in plan and "uniq_workflows_idempotency_key" in plan and "idx_workflows_scoped_key" in plan

@@ -111,10 +111,11 @@ def _insert_rows(
     concurrency_keys: list[str | None] | None,
     scope: str | None,
 ) -> list[Workflow]:
-    """The new rows (and a debounced start's run it updated): the first comes back whole, the others as their id and key
-    (their input is ``inputs``, decoded here), since the rows of one INSERT
-    differ in nothing else. (An input's objects come back as ``json`` reads
-    them, equal to what jsonb stores; its keys in the order they were sent.)"""
+    """The new rows (or the run a debounced start updated): the first comes back
+    whole, the others as their id and key (their input is ``inputs``, decoded
+    here), since the rows of one INSERT differ in nothing else. (An input's
+    objects come back as ``json`` reads them, equal to what jsonb stores; its
+    keys in the order they were sent.)"""
     connection = connections[alias]
     fields = Workflow._meta.concrete_fields
     own = OWN_COLUMNS if concurrency_keys is None else (*OWN_COLUMNS, "concurrency_key")

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from .api import cancel_workflow, restart_workflow, retry_workflow, send_event, start_workflow, start_workflows
     from .context import ChildHandle, WorkflowContext
     from .flow import pause_queue, resume_queue, set_queue_limits
+    from .forks import fork_workflow
 
 _LAZY = {
     "start_workflow": "api",
@@ -37,6 +38,7 @@ _LAZY = {
     "restart_workflow": "api",
     "cancel_workflow": "api",
     "send_event": "api",
+    "fork_workflow": "forks",
     "set_queue_limits": "flow",
     "pause_queue": "flow",
     "resume_queue": "flow",
@@ -61,6 +63,7 @@ __all__ = [
     "WorkflowCancelled",
     "WorkflowContext",
     "cancel_workflow",
+    "fork_workflow",
     "pause_queue",
     "restart_workflow",
     "resume_queue",

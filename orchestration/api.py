@@ -37,6 +37,7 @@ from .validation import (
     to_json_value,
     validate_concurrency_key,
     validate_event_name,
+    validate_key_scope,
     validate_options,
     validate_timeout,
     validate_workflow_type,
@@ -55,6 +56,8 @@ def start_workflow(
     max_retries: int | None = None,
     timeout: float | datetime.timedelta | None = None,
     concurrency_key: str | None = None,
+    unique_while_active: bool = False,
+    debounce: float | datetime.timedelta | None = None,
 ) -> Workflow:
     """Enqueue a run of ``workflow_type`` and return its row.
 
@@ -65,7 +68,16 @@ def start_workflow(
     at its next step boundary once that long has passed since now. Runs of one
     ``concurrency_key`` (default: the decorator's function of the input) count
     against their queue's per-key limits.
+
+    With ``unique_while_active=True`` the ``idempotency_key`` holds only while
+    its run is pending or running: a start meanwhile returns that run, a start
+    after it ended makes a new one. With ``debounce`` (seconds or timedelta)
+    the starts of the key within that window after the first become one run,
+    which starts when the window ends with the latest start's input.
     """
+    scope, window = validate_key_scope(idempotency_key, unique_while_active, debounce, run_after)
+    if window is not None:
+        run_after = timezone.now() + window
     options = _new_workflow_options(
         workflow_type,
         idempotency_key=idempotency_key,
@@ -79,7 +91,9 @@ def start_workflow(
     if keys is not None and keys[0] is not None:
         options["concurrency_key"] = keys[0]
     encoded = to_json_text(input_data, f"The input of workflow {workflow_type!r}")
-    return enqueue.insert(conf.DATABASE, options, f"[{encoded}]", [idempotency_key])[0]
+    if scope is not None:
+        options["key_scope"] = scope
+    return enqueue.insert(conf.DATABASE, options, f"[{encoded}]", [idempotency_key], scope=scope)[0]
 
 
 def start_workflows(

@@ -29,6 +29,7 @@ from .errors import (
 )
 from .lease import Lease, RecordedStep
 from .models import StepStatus, Workflow, WorkflowStatus
+from .patches import Patches
 from .timeouts import Expired, call_within
 from .validation import (
     to_json_value,
@@ -76,6 +77,7 @@ class WorkflowContext:
         #: The workflow's default time limit of a step, in seconds.
         self._step_timeout = step_timeout.total_seconds() if step_timeout is not None else None
         self._next_number = 1
+        self._patches = Patches(run)
         #: ``(number, name)`` of the step whose body raised, for the failure message.
         self.failed_step: tuple[int, str] | None = None
 
@@ -104,6 +106,19 @@ class WorkflowContext:
         """The number the next step gets, and whether it is recorded completed (a replay: it runs nothing)."""
         recorded = self._recorded.get(self._next_number)
         return self._next_number, recorded is not None and recorded.status == StepStatus.COMPLETED
+
+    def patched(self, change_id: str) -> bool:
+        """True where this run reaches this point on code with change ``change_id``;
+        False where it passed it on the code before (so every replay branches as
+        the first run did). ``if ctx.patched("id"): new... else: old...``; see
+        ``orchestration.patches`` for how the run's history decides."""
+        return self._patches.patched(change_id, self._next_number, self._recorded)
+
+    def deprecate_patch(self, change_id: str) -> None:
+        """Where only the new branch of ``change_id`` is left: runs that took it
+        replay; a run that passed this point on the old code fails with
+        ``NonDeterministicWorkflow`` instead of running the wrong branch."""
+        self._patches.deprecated(change_id, self._next_number, self._recorded)
 
     @observe.step
     def step(

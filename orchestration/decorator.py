@@ -37,6 +37,8 @@ class DeclaredWorkflow(WorkflowDefinition):
         max_retries: int | None = None,
         timeout: float | datetime.timedelta | None = None,
         concurrency_key: str | None = None,
+        unique_while_active: bool = False,
+        debounce: float | datetime.timedelta | None = None,
     ) -> Workflow:
         """Start a run of this workflow; see ``orchestration.start_workflow``."""
         from .api import start_workflow
@@ -51,6 +53,8 @@ class DeclaredWorkflow(WorkflowDefinition):
             max_retries=max_retries,
             timeout=timeout,
             concurrency_key=concurrency_key,
+            unique_while_active=unique_while_active,
+            debounce=debounce,
         )
 
 

@@ -1,5 +1,6 @@
-"""Writing new runs: their ids, the one INSERT of ``start_workflow(s)``, and the
-rows it returns as ``Workflow`` instances.
+"""Writing new runs: their ids, the one INSERT of ``start_workflow(s)`` (what it
+does when a key is taken, by the key's scope), and the rows it returns as
+``Workflow`` instances.
 
 The options are validated before this module is reached (``api``); here a
 batch of any size is one statement, one round trip and, in autocommit mode,
@@ -20,11 +21,32 @@ from django.db.models.base import ModelState
 from django.db.models.signals import post_init, pre_init
 
 from . import sql
-from .models import Workflow
+from .errors import OrchestrationError
+from .models import ACTIVE_STATUSES, KeyScope, Workflow
 
 #: The columns the insert gives each row its own value of (and ``concurrency_key``
 #: when the runs of one insert have different ones).
 OWN_COLUMNS = ("id", "input_data", "idempotency_key")
+
+#: The arrays the insert takes each row's own value of a column from.
+_OWN_ARRAYS = {"id": "unnest(%(ids)s::uuid[])", "input_data": "jsonb_array_elements(%(inputs)s::jsonb)",
+               "idempotency_key": "jsonb_array_elements_text(%(keys)s::jsonb)",
+               "concurrency_key": "jsonb_array_elements_text(%(concurrency_keys)s::jsonb)"}  # fmt: skip
+
+#: ON CONFLICT of a start by the scope of its key (``KeyScope``; the arbiters are
+#: the partial unique indexes of ``Workflow.Meta``): the key's first run ever, its
+#: active run, or its run not yet claimed (which takes the start's input) answers
+#: instead of a new run. The last two are race-free: the index decides, not a read.
+KEY_CONFLICTS: dict[str | None, str] = {
+    None: "idempotency_key IS NOT NULL AND key_scope IS NULL DO NOTHING",
+    KeyScope.ACTIVE: "key_scope = 'active' AND status IN ('pending', 'running') DO NOTHING",
+    KeyScope.DEBOUNCE: "key_scope = 'debounce' AND status = 'pending' AND started_at IS NULL "
+    "DO UPDATE SET input_data = excluded.input_data",
+}
+
+#: A key's active run can end between the INSERT that met it and the read of it:
+#: the start is then tried again, and makes a run. More rounds are a bug's sign.
+_ROUNDS = 5
 
 
 def time_ordered_uuid() -> uuid.UUID:
@@ -52,20 +74,32 @@ def insert(
     inputs: str,
     keys: list[str | None],
     concurrency_keys: list[str | None] | None = None,
+    scope: str | None = None,
 ) -> list[Workflow]:
     """Insert a run per item of the JSON array ``inputs`` (and of ``keys``, and
     of ``concurrency_keys`` if given) with the column values ``options`` they
-    share; return the runs in that order. A key used before returns that key's
-    run instead: ON CONFLICT DO NOTHING waited for any concurrent insert of it
-    to commit, so a later read sees it."""
-    ids = time_ordered_uuids(len(keys))
-    rows = _insert_rows(alias, options, ids, inputs, keys, concurrency_keys)
-    created = {workflow.pk: workflow for workflow in rows}
-    by_key: dict[str | None, Workflow] = {w.idempotency_key: w for w in created.values() if w.idempotency_key}
-    missing = {key for key, pk in zip(keys, ids, strict=True) if pk not in created and key not in by_key}
-    if missing:
-        by_key.update((w.idempotency_key, w) for w in Workflow.objects.using(alias).filter(idempotency_key__in=missing))
-    return [created.get(pk) or by_key[key] for pk, key in zip(ids, keys, strict=True)]
+    share; return the runs in that order. A key taken (in its ``scope``, see
+    ``KEY_CONFLICTS``) returns that key's run instead: ON CONFLICT waited for
+    any concurrent insert of it to commit, so a later read sees it."""
+    for _ in range(_ROUNDS):
+        ids = time_ordered_uuids(len(keys))
+        rows = _insert_rows(alias, options, ids, inputs, keys, concurrency_keys, scope)
+        created = {workflow.pk: workflow for workflow in rows}
+        by_key: dict[str | None, Workflow] = {w.idempotency_key: w for w in rows if w.idempotency_key}
+        missing = {key for key, pk in zip(keys, ids, strict=True) if pk not in created and key not in by_key}
+        if missing:
+            by_key.update((w.idempotency_key, w) for w in _holders(alias, missing, scope))
+        if not missing - by_key.keys():
+            return [created.get(pk) or by_key[key] for pk, key in zip(ids, keys, strict=True)]
+    raise OrchestrationError(f"Could not start a run of key(s) {', '.join(map(str, missing))} in {_ROUNDS} rounds.")
+
+
+def _holders(alias: str, keys: set[str | None], scope: str | None) -> Any:
+    """The runs that hold ``keys`` in ``scope``."""
+    holders = Workflow.objects.using(alias).filter(idempotency_key__in=keys)
+    if scope is None:
+        return holders.filter(key_scope__isnull=True)
+    return holders.filter(key_scope=scope, status__in=ACTIVE_STATUSES)
 
 
 def _insert_rows(
@@ -75,15 +109,17 @@ def _insert_rows(
     inputs: str,
     keys: list[str | None],
     concurrency_keys: list[str | None] | None,
+    scope: str | None,
 ) -> list[Workflow]:
-    """The new rows: the first comes back whole, the others as their id and key
-    (their input is ``inputs``, decoded here), since the rows of one INSERT
-    differ in nothing else. (An input's objects come back as ``json`` reads
-    them, equal to what jsonb stores; its keys in the order they were sent.)"""
+    """The new rows (or the run a debounced start updated): the first comes back
+    whole, the others as their id and key (their input is ``inputs``, decoded
+    here), since the rows of one INSERT differ in nothing else. (An input's
+    objects come back as ``json`` reads them, equal to what jsonb stores; its
+    keys in the order they were sent.)"""
     connection = connections[alias]
     fields = Workflow._meta.concrete_fields
     own = OWN_COLUMNS if concurrency_keys is None else (*OWN_COLUMNS, "concurrency_key")
-    statement = _statement(alias, tuple(options), own)
+    statement = _statement(alias, tuple(options), own, scope)
     params = {
         **options,
         "ids": "{" + ",".join(map(str, ids)) + "}",  # arrays as text: psycopg's list dumpers cost more
@@ -104,7 +140,8 @@ def _insert_rows(
     workflows = []
     for workflow_id, key, *_ in rows:
         values = template.copy()
-        values[id_at], values[input_at], values[key_at] = workflow_id, input_of[workflow_id], key
+        # A run a debounced start updated is the only row, whole: its input is the template's.
+        values[id_at], values[input_at], values[key_at] = workflow_id, input_of.get(workflow_id, values[input_at]), key
         workflows.append(values)
     if concurrency_keys is not None:
         concurrency_key_of = dict(zip(ids, concurrency_keys, strict=True))
@@ -115,14 +152,39 @@ def _insert_rows(
 
 
 @functools.lru_cache(maxsize=32)
-def _statement(alias: str, shared: tuple[str, ...], own: tuple[str, ...] = OWN_COLUMNS) -> str:
+def _statement(
+    alias: str, shared: tuple[str, ...], own: tuple[str, ...] = OWN_COLUMNS, scope: str | None = None
+) -> str:
     """The insert for the columns ``shared`` by its rows, made once per database
-    and set of columns: making it is a fair part of a single start's cost."""
+    and set of columns: making it is a fair part of a single start's cost.
+
+    It inserts a row per item of the arrays ``%(ids)s``, ``%(inputs)s`` and
+    ``%(keys)s`` (and ``%(concurrency_keys)s`` when ``own`` has it), with the
+    values ``shared`` by every row (a bound NULL's type spelled out), but for
+    keys taken (``KEY_CONFLICTS``), and NOTIFYs ``%(notify_queue)s`` once. It
+    returns each row's id and key, and the first row whole beside each: the
+    rows of one INSERT differ in nothing else."""
     connection = connections[alias]
     quote = connection.ops.quote_name
-    typed = tuple((column, Workflow._meta.get_field(column).db_type(connection) or "") for column in shared)
+    typed = [(column, Workflow._meta.get_field(column).db_type(connection) or "") for column in shared]
     returning = ", ".join(quote(field.column) for field in Workflow._meta.concrete_fields if field.column)
-    return sql.insert_workflows_statement(own, typed, returning)
+    names = ", ".join(column for column, _ in typed)
+    values = ", ".join(f"%({column})s::{db_type}" for column, db_type in typed)
+    return f"""
+        WITH new AS (
+            INSERT INTO workflows ({", ".join(own)}, {names})
+            SELECT {", ".join(f"r.{column}" for column in own)}, {values}
+            FROM ROWS FROM ({", ".join(_OWN_ARRAYS[column] for column in own)}) AS r ({", ".join(own)})
+            ON CONFLICT (idempotency_key) WHERE {KEY_CONFLICTS[scope]}
+            RETURNING {returning}
+        ), whole AS (
+            SELECT * FROM new LIMIT 1
+        ), wake AS (
+            SELECT pg_notify(%(channel)s, %(notify_queue)s) WHERE EXISTS (SELECT FROM new)
+        )
+        SELECT new.id, new.idempotency_key, whole.*
+        FROM new LEFT JOIN whole ON whole.id = new.id LEFT JOIN wake ON true
+    """
 
 
 def _converted(connection: Any, fields: Any, values: list[Any]) -> list[Any]:

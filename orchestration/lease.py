@@ -28,7 +28,8 @@ from dataclasses import dataclass, field
 from typing import Any, NoReturn, TypeVar
 
 from django.db import DatabaseError, connections, transaction
-from django.db.models.functions import Now
+from django.db.models import Func, JSONField, Value
+from django.db.models.functions import Coalesce, Now
 
 from . import sql, transitions, waits
 from .conf import conf
@@ -141,6 +142,10 @@ class Lease:
         return {number: RecordedStep(number, name, status, output) for number, name, status, output in rows}
 
     @_through_outages
+    def recorded_patches(self) -> dict[str, int]:
+        return _workflows().filter(pk=self.id).values_list("patches", flat=True).first() or {}
+
+    @_through_outages
     def outcomes_of(self, children: list[uuid.UUID]) -> dict[uuid.UUID, dict[str, Any]]:
         return waits.workflow_outcomes(children)
 
@@ -188,6 +193,20 @@ class Lease:
         with transaction.atomic(using=conf.DATABASE):
             self._fence()
             _steps().filter(workflow_id=self.id, step_number=number).fail(message, name=name)
+
+    @_through_outages
+    def record_patch(self, change_id: str, number: int) -> None:
+        """Add ``change_id`` (reached before step ``number``) to the run's patches."""
+        held = _workflows().filter(pk=self.id, lease_token=self.lease_token, status=WorkflowStatus.RUNNING)
+        merged = Func(
+            Coalesce("patches", Value({}, JSONField())),
+            Value({change_id: number}, JSONField()),
+            template="%(expressions)s",
+            arg_joiner=" || ",
+            output_field=JSONField(),
+        )
+        if not held.update(patches=merged):
+            self._lost()
 
     # -- the run's end ------------------------------------------------------------
 

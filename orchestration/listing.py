@@ -48,7 +48,9 @@ def uuid_prefix_range(term: str) -> tuple[uuid.UUID, uuid.UUID] | None:
 def search_q(term: str) -> Q:
     """An exact type, an idempotency key, or an id (or its first characters)."""
     term = term.strip()
-    condition = Q(workflow_type=term) | Q(idempotency_key=term)
+    # A key in each of the two partial indexes that hold keys (for ever; with a scope).
+    keyed = Q(idempotency_key=term, key_scope__isnull=True) | Q(idempotency_key=term, key_scope__isnull=False)
+    condition = Q(workflow_type=term) | keyed
     ids = uuid_prefix_range(term)
     if ids is not None:
         condition |= Q(pk__gte=ids[0], pk__lte=ids[1])

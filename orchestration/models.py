@@ -31,6 +31,15 @@ class StepStatus(models.TextChoices):
     FAILED = "failed"
 
 
+class KeyScope(models.TextChoices):
+    """How long a run's ``idempotency_key`` keeps other starts of it from making a run."""
+
+    ACTIVE = "active"  # while the run is pending or running (unique_while_active)
+    DEBOUNCE = "debounce"  # until the run is first claimed (debounce)
+
+
+ACTIVE_STATUSES = (WorkflowStatus.PENDING, WorkflowStatus.RUNNING)
+
 FINISHED_STATUSES = (
     WorkflowStatus.COMPLETED,
     WorkflowStatus.FAILED,
@@ -97,6 +106,15 @@ class Workflow(models.Model):
     # Claimed through idx_workflows_queue_claim and idx_workflows_key_claim, made by
     # migration 0006 in SQL (they order by an expression the ORM cannot say).
     concurrency_key = models.CharField(max_length=255, null=True, blank=True)
+    # How long ``idempotency_key`` holds (``KeyScope``); NULL: for ever.
+    key_scope = models.CharField(max_length=10, choices=KeyScope.choices, null=True, blank=True)
+    # The ``ctx.patched`` change ids this run took the new branch of, each with
+    # the number of the step that came next: replays take the same branches.
+    patches = models.JSONField(null=True, blank=True)
+    # The run this one was forked from (``fork_workflow``).
+    forked_from = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="forks", db_index=False
+    )
 
     class Meta:
         db_table = "workflows"
@@ -121,6 +139,15 @@ class Workflow(models.Model):
             # Children only: every status change of a run inserts into each
             # index that holds its row, and most runs have no parent.
             models.Index(fields=["parent"], name="idx_workflows_parent", condition=Q(parent__isnull=False)),
+            # Keys with a scope (unique while active, debounced), for the search by key;
+            # uniq_workflows_idempotency_key holds the others.
+            models.Index(
+                fields=["idempotency_key"], name="idx_workflows_scoped_key", condition=Q(key_scope__isnull=False)
+            ),
+            # Forks only, as for children: deleting a run finds its forks by it.
+            models.Index(
+                fields=["forked_from"], name="idx_workflows_forked_from", condition=Q(forked_from__isnull=False)
+            ),
             # The runs of a key running now, counted by the claim of a queue with per-key limits.
             models.Index(
                 fields=["queue", "concurrency_key"],
@@ -132,7 +159,19 @@ class Workflow(models.Model):
             models.UniqueConstraint(
                 fields=["idempotency_key"],
                 name="uniq_workflows_idempotency_key",
-                condition=Q(idempotency_key__isnull=False),
+                condition=Q(idempotency_key__isnull=False, key_scope__isnull=True),
+            ),
+            # The arbiters of ON CONFLICT in sql.KEY_CONFLICTS: a key's one active
+            # run, and its one run not yet claimed.
+            models.UniqueConstraint(
+                fields=["idempotency_key"],
+                name="uniq_workflows_active_key",
+                condition=Q(key_scope=KeyScope.ACTIVE, status__in=ACTIVE_STATUSES),
+            ),
+            models.UniqueConstraint(
+                fields=["idempotency_key"],
+                name="uniq_workflows_debounce_key",
+                condition=Q(key_scope=KeyScope.DEBOUNCE, status=WorkflowStatus.PENDING, started_at__isnull=True),
             ),
             models.CheckConstraint(condition=Q(max_retries__gte=0), name="workflows_max_retries_gte_0"),
         ]

@@ -7,6 +7,7 @@ but the claim is fenced by CTE ``held``: the workflow row if, and only if, this
 lease still holds it, locked for the rest of the statement, so a concurrent
 cancel or reclaim either commits first (``held`` is empty) or waits for it.
 Which status each statement may write is declared in ``transitions.MOVES``.
+The INSERT that starts runs is built per set of columns, in ``enqueue``.
 """
 
 from __future__ import annotations
@@ -323,40 +324,6 @@ NO_CHECKPOINT: dict[str, Any] = {
     "checkpoint_output": None,
     "checkpoint_age": None,
 }
-
-
-#: The arrays ``insert_workflows_statement`` takes each row's own value of a column from.
-_OWN_ARRAYS = {"id": "unnest(%(ids)s::uuid[])", "input_data": "jsonb_array_elements(%(inputs)s::jsonb)",
-               "idempotency_key": "jsonb_array_elements_text(%(keys)s::jsonb)",
-               "concurrency_key": "jsonb_array_elements_text(%(concurrency_keys)s::jsonb)"}  # fmt: skip
-
-
-def insert_workflows_statement(columns: tuple[str, ...], shared: tuple[tuple[str, str], ...], returning: str) -> str:
-    """Insert a row per item of the arrays ``%(ids)s``, ``%(inputs)s`` and
-    ``%(keys)s`` (and ``%(concurrency_keys)s`` when ``columns`` has it), with the
-    values ``shared`` by every row (``(column, type)``; a bound NULL's type must
-    be spelled out), skipping keys used before, and NOTIFY ``%(notify_queue)s``
-    once. Returns each new row's id and key, and the first new row whole beside
-    each: the rows of one INSERT differ in nothing else."""
-    names = ", ".join(column for column, _ in shared)
-    values = ", ".join(f"%({column})s::{db_type}" for column, db_type in shared)
-    own = ", ".join(f"r.{column}" for column in columns)
-    arrays = ", ".join(_OWN_ARRAYS[column] for column in columns)
-    return f"""
-        WITH new AS (
-            INSERT INTO workflows ({", ".join(columns)}, {names})
-            SELECT {own}, {values}
-            FROM ROWS FROM ({arrays}) AS r ({", ".join(columns)})
-            ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
-            RETURNING {returning}
-        ), whole AS (
-            SELECT * FROM new LIMIT 1
-        ), wake AS (
-            SELECT pg_notify(%(channel)s, %(notify_queue)s) WHERE EXISTS (SELECT FROM new)
-        )
-        SELECT new.id, new.idempotency_key, whole.*
-        FROM new LEFT JOIN whole ON whole.id = new.id LEFT JOIN wake ON true
-    """
 
 
 #: Run first in each transaction of ``run_together``. With stale statistics (a

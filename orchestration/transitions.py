@@ -18,7 +18,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.db.models import DurationField, F, Q, QuerySet
 from django.db.models.functions import Coalesce, Least, Now
 
@@ -190,7 +190,13 @@ def operator_move(
         candidates = rows.filter(pk=workflow_id)
         if where is not None:
             candidates = candidates.filter(where)
-        changed = _move(candidates, name, **(changes or {}))
+        try:
+            changed = _move(candidates, name, **(changes or {}))
+        except IntegrityError as exc:  # uniq_workflows_active_key: another run of its key is active
+            raise InvalidTransition(
+                f"Cannot {verb} workflow {workflow_id}: another run of its idempotency key (unique while active) "
+                "is pending or running; cancel it or let it finish first."
+            ) from exc
         current = rows.get(pk=workflow_id)  # raises Workflow.DoesNotExist for an unknown id
         if not changed:
             requirement = requirement or f"a {' or '.join(move.sources)} workflow"

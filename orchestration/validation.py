@@ -184,6 +184,43 @@ def to_timedelta(value: Any, what: str, *, allow_zero: bool = False) -> datetime
     return value
 
 
+def validate_key_scope(
+    idempotency_key: str | None, unique_while_active: Any, debounce: Any, run_after: Any
+) -> tuple[str | None, datetime.timedelta | None]:
+    """How long a start's ``idempotency_key`` holds: ``("active", None)``,
+    ``("debounce", window)``, or ``(None, None)`` (for ever)."""
+    if not isinstance(unique_while_active, bool):
+        raise InvalidWorkflowInput(f"unique_while_active must be True or False, not {unique_while_active!r}.")
+    if debounce is not None:
+        seconds = debounce.total_seconds() if isinstance(debounce, datetime.timedelta) else debounce
+        if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not 0 < seconds < 10**9:
+            raise InvalidWorkflowInput(f"debounce must be a positive number of seconds or timedelta, not {debounce!r}.")
+    if not unique_while_active and debounce is None:
+        return None, None
+    option = "debounce" if debounce is not None else "unique_while_active"
+    if idempotency_key is None:
+        raise InvalidWorkflowInput(f"{option} needs an idempotency_key: the key its starts are collapsed by.")
+    if unique_while_active and debounce is not None:
+        raise InvalidWorkflowInput("Pass unique_while_active or debounce, not both.")
+    if debounce is None:
+        return "active", None
+    if run_after is not None:
+        raise InvalidWorkflowInput("Pass run_after or debounce, not both: a debounced run starts when its window ends.")
+    return "debounce", datetime.timedelta(seconds=seconds)
+
+
+#: A ``ctx.patched`` change id is a short name, as a step's is.
+PATCH_ID_MAX_LENGTH = 100
+
+
+def validate_patch_id(change_id: Any) -> None:
+    if not isinstance(change_id, str) or not change_id.strip() or len(change_id) > PATCH_ID_MAX_LENGTH:
+        raise InvalidWorkflowInput(
+            f"A patch id must be a non-empty string of at most {PATCH_ID_MAX_LENGTH} characters, not {change_id!r}."
+        )
+    check_text(change_id, f"Patch id {change_id[:40]!r}")
+
+
 def validate_timeout(timeout: Any) -> datetime.timedelta | None:
     """A run's time limit as a timedelta, or None."""
     return None if timeout is None else to_timedelta(timeout, "timeout")

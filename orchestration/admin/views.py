@@ -310,12 +310,18 @@ def send_event_context(model_admin: WorkflowConsole, request: HttpRequest, workf
     }
 
 
-def send_event(model_admin: WorkflowConsole, request: HttpRequest, object_id: str) -> HttpResponse:
-    if not (model_admin.has_view_permission(request) and model_admin.has_send_event_permission(request)):
+def workflow_to_change(model_admin: WorkflowConsole, request: HttpRequest, object_id: str, allowed: bool) -> Workflow:
+    """The workflow a page changes, if the user may see it and is ``allowed`` to change it."""
+    if not (model_admin.has_view_permission(request) and allowed):
         raise PermissionDenied
     workflow = model_admin.get_object(request, unquote(object_id))
     if workflow is None:
         raise Http404(f"No workflow {object_id}.")
+    return workflow
+
+
+def send_event(model_admin: WorkflowConsole, request: HttpRequest, object_id: str) -> HttpResponse:
+    workflow = workflow_to_change(model_admin, request, object_id, model_admin.has_send_event_permission(request))
     awaited = awaited_event(workflow.status, workflow.waiting_for)
     form = SendEventForm(
         request.POST if request.method == "POST" else None, initial={"name": awaited or "", "payload": ""}

@@ -45,6 +45,7 @@ from .display import (
     worker_link,
 )
 from .filters import ParentFilter, PendingFilter, QueueFilter, WorkerFilter, WorkflowTypeFilter
+from .fork import fork, fork_context
 from .inlines import WorkflowStepInline
 from .limits import time_limited
 from .readonly import ReadOnlyConsole
@@ -148,6 +149,7 @@ class WorkflowAdmin(ReadOnlyConsole, admin.ModelAdmin):
             },
         ),
         ("Input and output", {"fields": ("input_json", "output_json")}),
+        ("Versions", {"fields": (("patches_label", "forked_from_link"),)}),
     )
     readonly_fields = flatten_fieldsets(fieldsets)
     #: Fieldsets shown only when the workflow has something to show in them.
@@ -156,6 +158,7 @@ class WorkflowAdmin(ReadOnlyConsole, admin.ModelAdmin):
         "Parent and children": lambda workflow: workflow.parent_id or _children_by_status(workflow),
         "Error": lambda workflow: workflow.error_message,
         "Traceback": lambda workflow: workflow.error_traceback,
+        "Versions": lambda workflow: workflow.patches or workflow.forked_from_id,
     }
     inlines = [WorkflowStepInline]
     # Each names the has_<permission>_permission below that guards it.
@@ -285,6 +288,20 @@ class WorkflowAdmin(ReadOnlyConsole, admin.ModelAdmin):
             status_badge(parent.status),
         )
 
+    @admin.display(description="patches taken")
+    def patches_label(self, obj: Workflow) -> SafeString | str:
+        """The ``ctx.patched`` ids whose new branch the run took, each with the step it came before."""
+        if not obj.patches:
+            return "—"
+        taken = sorted(obj.patches.items(), key=lambda item: (item[1], item[0]))
+        return format_html_join(", ", "{} (before step {})", taken)
+
+    @admin.display(description="forked from")
+    def forked_from_link(self, obj: Workflow) -> SafeString | str:
+        if obj.forked_from_id is None:
+            return "—"
+        return format_html('<a href="{}">{}</a>', change_url(obj.forked_from_id), str(obj.forked_from_id))
+
     @admin.display(description="children")
     def children_label(self, obj: Workflow) -> SafeString | str:
         counts = _children_by_status(obj)
@@ -342,6 +359,7 @@ class WorkflowAdmin(ReadOnlyConsole, admin.ModelAdmin):
             path(f"{steps}/retry/", wrap(self.retry_from_step_view), name="orchestration_workflow_retry_from_step"),
             path(f"{steps}/skip/", wrap(self.skip_step_view), name="orchestration_workflow_skip_step"),
             path("<path:object_id>/send-event/", wrap(self.send_event_view), name="orchestration_workflow_send_event"),
+            path("<path:object_id>/fork/", wrap(self.fork_view), name="orchestration_workflow_fork"),
             *super().get_urls(),
         ]
 
@@ -357,6 +375,9 @@ class WorkflowAdmin(ReadOnlyConsole, admin.ModelAdmin):
     def send_event_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
         return send_event(self, request, object_id)
 
+    def fork_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        return fork(self, request, object_id)
+
     def render_change_form(
         self,
         request: HttpRequest,
@@ -367,4 +388,5 @@ class WorkflowAdmin(ReadOnlyConsole, admin.ModelAdmin):
         obj: Any = None,
     ) -> HttpResponse:
         context.update(send_event_context(self, request, obj))
+        context.update(fork_context(self, request, obj))
         return super().render_change_form(request, context, add, change, form_url, obj)

@@ -194,3 +194,20 @@ def flow_hold(ctx: Any, data: dict[str, Any]) -> Any:
 def flow_naps(ctx: Any, data: dict[str, float]) -> Any:
     ctx.sleep("nap", data["seconds"])
     return ctx.step("after", lambda: "woke")
+
+
+@workflow("versioned", max_retries=0)
+def versioned(ctx: Any, data: Any) -> Any:
+    """Deployed in versions (TESTAPP_CODE_VERSION): 2 adds patch "charge-v2" around
+    the charge, 3 keeps only its new branch. ``wait_first``: a timer before it."""
+    version = os.environ.get("TESTAPP_CODE_VERSION", "1")
+    if data.get("wait_first"):
+        ctx.sleep("wait first", data["wait_first"])
+    if version == "3":
+        ctx.deprecate_patch("charge-v2")
+    new = version == "3" or (version == "2" and ctx.patched("charge-v2"))
+    label = "charge v2" if new else "charge"
+    charged = ctx.step(label, record, ctx, 1, label)
+    ctx.sleep("settle", data.get("settle", 0))
+    ctx.step("ship", record, ctx, 3, "ship")
+    return charged["label"]

@@ -1,0 +1,106 @@
+"""``start_workflow(..., unique_while_active=True)`` and ``debounce=``: starts of one
+idempotency key collapsed into the run that holds it."""
+
+import datetime
+
+import pytest
+from django.db import connection
+from django.utils import timezone
+
+from orchestration import InvalidTransition, InvalidWorkflowInput, cancel_workflow, retry_workflow, start_workflow
+from orchestration.listing import search_q
+from orchestration.models import Workflow
+from tests.support import drain
+from tests.testapp.workflows import echo
+
+pytestmark = pytest.mark.django_db
+
+
+def test_unique_while_active__a_start_while_the_keys_run_is_active_returns_that_run():
+    first = start_workflow("echo", {"n": 1}, idempotency_key="report-7", unique_while_active=True)
+    second = start_workflow("echo", {"n": 2}, idempotency_key="report-7", unique_while_active=True)
+    assert (second.pk, second.input_data, second.key_scope) == (first.pk, {"n": 1}, "active")
+    assert Workflow.objects.count() == 1
+
+
+def test_unique_while_active__the_key_is_free_again_once_its_run_ended():
+    first = start_workflow("echo", {"n": 1}, idempotency_key="report-7", unique_while_active=True)
+    drain()
+    second = start_workflow("echo", {"n": 2}, idempotency_key="report-7", unique_while_active=True)
+    assert second.pk != first.pk and second.input_data == {"n": 2}
+    assert Workflow.objects.get(pk=first.pk).status == "completed"
+
+
+def test_unique_while_active__does_not_meet_the_same_key_used_for_ever():
+    kept = start_workflow("echo", {"n": 1}, idempotency_key="report-7")
+    unique = start_workflow("echo", {"n": 2}, idempotency_key="report-7", unique_while_active=True)
+    assert unique.pk != kept.pk
+    assert start_workflow("echo", {"n": 3}, idempotency_key="report-7").pk == kept.pk
+
+
+def test_unique_while_active__retrying_a_run_while_another_of_its_key_is_active_is_refused():
+    first = start_workflow("echo", {"n": 1}, idempotency_key="report-7", unique_while_active=True)
+    cancel_workflow(first)
+    start_workflow("echo", {"n": 2}, idempotency_key="report-7", unique_while_active=True)
+    with pytest.raises(InvalidTransition, match="another run of its idempotency key"):
+        retry_workflow(first)
+    assert Workflow.objects.get(pk=first.pk).status == "cancelled"
+
+
+def test_decorated_workflow__start_takes_the_same_options():
+    first = echo.start({"n": 1}, idempotency_key="report-7", unique_while_active=True)
+    assert echo.start({"n": 2}, idempotency_key="report-7", unique_while_active=True).pk == first.pk
+    assert echo.start({"n": 3}, idempotency_key="burst", debounce=5).key_scope == "debounce"
+
+
+def test_debounce__starts_within_the_window_become_one_run_with_the_latest_input_due_at_its_end():
+    before = timezone.now()
+    first = start_workflow("echo", {"n": 1}, idempotency_key="reindex", debounce=30)
+    second = start_workflow("echo", {"n": 2}, idempotency_key="reindex", debounce=30)
+    third = start_workflow("echo", {"n": 3}, idempotency_key="reindex", debounce=datetime.timedelta(seconds=30))
+    assert first.pk == second.pk == third.pk and third.input_data == {"n": 3}
+    row = Workflow.objects.get()
+    assert row.input_data == {"n": 3}
+    assert before + datetime.timedelta(seconds=30) <= row.run_after <= timezone.now() + datetime.timedelta(seconds=30)
+    assert row.run_after == first.run_after  # the window is the first start's
+
+
+def test_debounce__a_start_after_the_run_was_claimed_makes_a_new_run():
+    first = start_workflow("echo", {"n": 1}, idempotency_key="reindex", debounce=0.001)
+    Workflow.objects.filter(pk=first.pk).update(run_after=None)
+    drain()
+    second = start_workflow("echo", {"n": 2}, idempotency_key="reindex", debounce=30)
+    assert second.pk != first.pk
+    assert Workflow.objects.get(pk=first.pk).output_data == {"n": 1}
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        (dict(unique_while_active=True), "unique_while_active needs an idempotency_key"),
+        (dict(debounce=5), "debounce needs an idempotency_key"),
+        (dict(idempotency_key="k", unique_while_active="yes"), "unique_while_active must be True or False"),
+        (dict(idempotency_key="k", debounce=0), "debounce must be a positive number"),
+        (dict(idempotency_key="k", debounce=-1), "debounce must be a positive number"),
+        (dict(idempotency_key="k", debounce=True), "debounce must be a positive number"),
+        (dict(idempotency_key="k", debounce="5"), "debounce must be a positive number"),
+        (dict(idempotency_key="k", debounce=float("nan")), "debounce must be a positive number"),
+        (dict(idempotency_key="k", debounce=5, unique_while_active=True), "not both"),
+        (dict(idempotency_key="k", debounce=5, run_after=timezone.now()), "run_after or debounce"),
+    ],
+)
+def test_unique_and_debounced_starts__bad_options_raise_and_write_nothing(options, message):
+    with pytest.raises(InvalidWorkflowInput, match=message):
+        start_workflow("echo", {}, **options)
+    assert not Workflow.objects.exists()
+
+
+def test_search_by_key__finds_runs_of_every_scope_through_the_key_indexes():
+    kept = start_workflow("echo", {}, idempotency_key="order-7")
+    unique = start_workflow("echo", {}, idempotency_key="order-7", unique_while_active=True)
+    found = Workflow.objects.filter(search_q("order-7")).order_by()
+    assert set(found.values_list("pk", flat=True)) == {kept.pk, unique.pk}
+    with connection.cursor() as cursor:
+        cursor.execute("SET LOCAL enable_seqscan = off")  # a plan with no index left would still scan
+    plan = found.explain()
+    assert "Seq Scan" not in plan and "uniq_workflows_idempotency_key" in plan and "idx_workflows_scoped_key" in plan

@@ -69,10 +69,6 @@ def start_due_runs(started_ticks: dict[str, datetime.datetime]) -> None:
         if started_ticks.get(definition.name) == tick:
             continue
         key = f"schedule:{definition.name}:{tick.isoformat()}"
-        started_ticks[definition.name] = tick  # a tick refused is not tried again
-        try:
-            workflow = start_workflow(definition.name, scheduled_input(tick), idempotency_key=key)
-        except InvalidWorkflowInput as exc:  # the other schedules still start
-            logger.error("schedule %s: the run of the tick of %s was not started: %s", definition.name, tick, exc)
-            continue
+        workflow = start_workflow(definition.name, scheduled_input(tick), idempotency_key=key)
+        started_ticks[definition.name] = tick
         logger.debug("schedule %s: workflow %s runs the tick of %s", definition.name, workflow.pk, tick)

@@ -17,7 +17,14 @@ PYTHON311 ?= $(shell for p in python3.11 $${PYENV_ROOT:-$$HOME/.pyenv}/versions/
 VENV52 ?= .venv-django52
 STAMP52 := $(VENV52)/.installed
 
-.PHONY: help demo test test-django52 lint serve format clean
+# Release checks (`make release-check`): build and twine in a virtualenv of their own.
+RELEASE_VENV ?= .venv-release
+RELEASE_STAMP := $(RELEASE_VENV)/.installed
+# Python 3.13 (no pgserver wheel for it) joins the release check when DATABASE_URL is set.
+PYTHON313 ?= $(shell for p in python3.13 $${PYENV_ROOT:-$$HOME/.pyenv}/versions/3.13*/bin/python3; do \
+	"$$p" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 13))' >/dev/null 2>&1 && { echo "$$p"; break; }; done)
+
+.PHONY: help demo test test-django52 lint serve format clean release-check
 .DEFAULT_GOAL := help
 
 help:
@@ -25,6 +32,7 @@ help:
 	@echo "make test   run the test suite"
 	@echo "make test-django52   the suite on Django 5.2 with Python 3.11 (Tasks backend tests skip)"
 	@echo "make lint   ruff and mypy;  make serve: the admin on http://127.0.0.1:8000/admin/"
+	@echo "make release-check   build the sdist and wheel, twine check, install the wheel on Django 6 and 5.2"
 
 $(STAMP): requirements.txt pyproject.toml
 	@test -n "$(PYTHON)" || { echo "No Python >= 3.12 found; set PYTHON=/path/to/python3.12"; exit 1; }
@@ -60,6 +68,22 @@ format: $(STAMP)
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
 
+$(RELEASE_STAMP): requirements-release.txt
+	@test -n "$(PYTHON)" || { echo "No Python >= 3.12 found; set PYTHON=/path/to/python3.12"; exit 1; }
+	$(PYTHON) -m venv $(RELEASE_VENV)
+	$(RELEASE_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(RELEASE_VENV)/bin/python -m pip install --quiet -r requirements-release.txt
+	@touch $(RELEASE_STAMP)
+
+# The sdist and the wheel as a release builds them, twine check, then the wheel
+# (not editable) in fresh virtualenvs: Django 6 on Python >= 3.12, Django 5.2 on
+# 3.11 (and Django 6 on 3.13 with DATABASE_URL), each running manage.py check
+# and migrate in a throwaway project (.ci/release_check.py).
+release-check: $(RELEASE_STAMP)
+	@test -n "$(PYTHON311)" || { echo "No Python 3.11 found; set PYTHON311=/path/to/python3.11"; exit 1; }
+	$(RELEASE_VENV)/bin/python .ci/release_check.py $(PYTHON):6 $(PYTHON311):5.2 \
+		$(if $(and $(DATABASE_URL),$(PYTHON313)),$(PYTHON313):6)
+
 # The admin, with a worker process beside it so that what you retry there runs.
 serve: $(STAMP)
 	$(BIN)/python manage.py migrate --verbosity 0
@@ -69,4 +93,4 @@ serve: $(STAMP)
 	$(BIN)/python manage.py runserver 127.0.0.1:8000
 
 clean:
-	rm -rf $(VENV) $(VENV52) .pgdata .pytest_cache .mypy_cache .ruff_cache *.egg-info
+	rm -rf $(VENV) $(VENV52) $(RELEASE_VENV) .pgdata .pytest_cache .mypy_cache .ruff_cache *.egg-info

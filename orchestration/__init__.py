@@ -25,6 +25,9 @@ from .errors import (
     WorkflowCancelled,
 )
 
+#: The package's version, its one place: pyproject.toml reads it (setuptools' dynamic version).
+__version__ = "0.2.0.dev0"
+
 if TYPE_CHECKING:
     from .api import cancel_workflow, restart_workflow, retry_workflow, send_event, start_workflow, start_workflows
     from .context import ChildHandle, WorkflowContext

@@ -20,6 +20,7 @@ from django.utils import timezone
 from . import enqueue, tracing
 from .conf import conf
 from .errors import InvalidTransition, InvalidWorkflowInput
+from .inputs import as_json
 from .models import FINISHED_STATUSES, Workflow, WorkflowEvent
 from .recovery import requeue_stuck
 from .registry import get_workflow
@@ -87,6 +88,7 @@ def start_workflow(
         max_retries=max_retries,
         timeout=timeout,
     )
+    input_data = _checked_inputs(workflow_type, [input_data])[0]
     keys = _concurrency_keys(workflow_type, [input_data], None if concurrency_key is None else [concurrency_key])
     if keys is not None and keys[0] is not None:
         options["concurrency_key"] = keys[0]
@@ -137,6 +139,7 @@ def start_workflows(
         validate_options(idempotency_key=key, **checks)
     if not inputs:
         return []
+    inputs = _checked_inputs(workflow_type, inputs, in_batch=True)
     given = None if concurrency_keys is None else list(concurrency_keys)
     if given is not None and len(given) != len(inputs):
         raise InvalidWorkflowInput(f"start_workflows got {len(inputs)} inputs but {len(given)} concurrency keys.")
@@ -147,6 +150,17 @@ def start_workflows(
         per_row = None
     encoded = _inputs_as_json_array(inputs, workflow_type)
     return enqueue.insert(conf.DATABASE, options, encoded, keys, per_row)
+
+
+def _checked_inputs(workflow_type: str, inputs: list[Any], *, in_batch: bool = False) -> list[Any]:
+    """``inputs`` as they are stored, each checked by the workflow's declared
+    input; the first refused raises, naming it (in a batch, by its index)."""
+    definition = get_workflow(workflow_type)
+    if definition.input_schema is None:
+        return inputs
+    for n, data in enumerate(inputs):
+        definition.argument(data, f"Input {n}" if in_batch else "The input")
+    return [as_json(definition.input_schema, data) for data in inputs]
 
 
 def _concurrency_keys(workflow_type: str, inputs: list[Any], given: list[Any] | None) -> list[str | None] | None:

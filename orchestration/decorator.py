@@ -14,8 +14,9 @@ from typing import TYPE_CHECKING, Any, overload
 from django.core.exceptions import ImproperlyConfigured
 
 from .errors import InvalidWorkflowInput
+from .inputs import check_schema
 from .registry import WorkflowDefinition, WorkflowFunction, register
-from .schedules import validate_schedule
+from .schedules import check_scheduled_input, validate_schedule
 from .validation import validate_step_timeout, validate_timeout
 
 if TYPE_CHECKING:
@@ -72,6 +73,7 @@ def workflow(
     schedule: str | None = None,
     step_timeout: float | datetime.timedelta | None = None,
     concurrency_key: Callable[[Any], Any] | None = None,
+    input: Callable[[Any], Any] | None = None,
 ) -> Callable[[WorkflowFunction], DeclaredWorkflow]: ...
 
 
@@ -86,6 +88,7 @@ def workflow(
     schedule: str | None = None,
     step_timeout: float | datetime.timedelta | None = None,
     concurrency_key: Callable[[Any], Any] | None = None,
+    input: Callable[[Any], Any] | None = None,
 ) -> DeclaredWorkflow | Callable[[WorkflowFunction], DeclaredWorkflow]:
     """Register a function ``fn(ctx, data)`` as a workflow type.
 
@@ -95,9 +98,15 @@ def workflow(
     ``schedule`` (a cron expression, optionally with a sixth field for seconds)
     starts one run per tick. ``step_timeout`` (seconds or a timedelta) is the
     time limit of each ``ctx.step`` that does not pass its own ``timeout=``.
-    starts one run per tick. ``concurrency_key`` is a function of the input
+    ``concurrency_key`` is a function of the input
     that gives a run's key (``"customer-42"``, or None) when its start gives
-    none; the queue's per-key limits count runs by it.
+    none; the queue's per-key limits count runs by it. ``input`` declares what
+    a run takes: a pydantic model, or a function that raises ``ValueError``
+    (or ``TypeError``, ``KeyError``, Django's ``ValidationError``) on bad input
+    and returns what the workflow function is given (None: the input as is).
+    Every start checks it before anything is written (``InvalidWorkflowInput``
+    naming the field); the function receives the model instance, the stored
+    input stays JSON.
     """
     if callable(name):
         return workflow()(name)
@@ -112,6 +121,7 @@ def workflow(
         raise ImproperlyConfigured(f"@workflow {exc}") from None
     if schedule is not None:
         validate_schedule(schedule)
+    schema = check_schema(input)
     if concurrency_key is not None and not callable(concurrency_key):
         raise ImproperlyConfigured(
             f"@workflow concurrency_key must be a function of the input, not {concurrency_key!r}"
@@ -128,7 +138,10 @@ def workflow(
             schedule=schedule,
             step_timeout=step_limit,
             concurrency_key=concurrency_key,
+            input_schema=schema,
         )
+        if schedule is not None and schema is not None:
+            check_scheduled_input(definition)
         register(definition)
         return definition
 

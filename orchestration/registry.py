@@ -38,9 +38,21 @@ class WorkflowDefinition:
     step_timeout: datetime.timedelta | None = None
     #: ``fn(input)`` -> the run's ``concurrency_key`` (None: no key) when a start gives none.
     concurrency_key: Callable[[Any], Any] | None = None
+    #: ``@workflow(input=...)``: a pydantic model or a function that checks the input (see ``inputs``).
+    input_schema: Callable[[Any], Any] | None = None
 
     def __call__(self, ctx: Any, data: Any) -> Any:
         return self.function(ctx, data)
+
+    def argument(self, data: Any, where: str = "The input") -> Any:
+        """What the workflow function is given for the stored input ``data``:
+        ``data`` itself, or what the declared schema makes of it (raises
+        ``InvalidWorkflowInput`` naming the field at fault)."""
+        if self.input_schema is None:
+            return data
+        from .inputs import validated
+
+        return validated(self.name, self.input_schema, data, where)
 
 
 def register(definition: WorkflowDefinition) -> None:

@@ -16,6 +16,7 @@ from croniter import croniter
 from django.core.exceptions import ImproperlyConfigured
 from django.utils import timezone
 
+from .errors import InvalidWorkflowInput
 from .registry import WorkflowDefinition, registered_workflows
 
 logger = logging.getLogger(__name__)
@@ -27,6 +28,23 @@ def validate_schedule(expression: str) -> None:
             f"@workflow schedule {expression!r} is not a cron expression "
             "(five fields, or six with seconds last: '*/5 * * * *', '* * * * * */10')."
         )
+
+
+def scheduled_input(tick: datetime.datetime) -> dict[str, str]:
+    """The input of a tick's run."""
+    return {"scheduled_for": tick.isoformat()}
+
+
+def check_scheduled_input(definition: WorkflowDefinition) -> None:
+    """Refuse, when it is declared, a schedule whose runs' input the workflow's
+    ``input=`` would refuse: every tick's start would fail."""
+    try:
+        definition.argument(scheduled_input(timezone.now()))
+    except InvalidWorkflowInput as exc:
+        raise ImproperlyConfigured(
+            f"@workflow {definition.name!r}: its schedule starts runs with the input "
+            f'{{"scheduled_for": "<the tick, ISO 8601>"}}, which its input= refuses: {exc}'
+        ) from None
 
 
 def latest_tick(expression: str, now: datetime.datetime) -> datetime.datetime:
@@ -51,6 +69,6 @@ def start_due_runs(started_ticks: dict[str, datetime.datetime]) -> None:
         if started_ticks.get(definition.name) == tick:
             continue
         key = f"schedule:{definition.name}:{tick.isoformat()}"
-        workflow = start_workflow(definition.name, {"scheduled_for": tick.isoformat()}, idempotency_key=key)
+        workflow = start_workflow(definition.name, scheduled_input(tick), idempotency_key=key)
         started_ticks[definition.name] = tick
         logger.debug("schedule %s: workflow %s runs the tick of %s", definition.name, workflow.pk, tick)

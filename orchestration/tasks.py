@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import builtins
 import datetime
+import inspect
 import re
 import traceback
 import uuid
@@ -101,17 +102,18 @@ class WorkflowBackend(BaseTaskBackend):
         run_after = task.run_after
         if run_after is not None and timezone.is_naive(run_after):  # only with USE_TZ = False
             run_after = timezone.make_aware(run_after)
+        arguments = [_argument(value, f"Argument {n} of task {task.module_path!r}") for n, value in enumerate(args)]
+        keywords = {
+            name: _argument(value, f"Keyword argument {name!r} of task {task.module_path!r}")
+            for name, value in kwargs.items()
+        }
+        _check_call(task, arguments, keywords)
         row = start_workflow(
             TASK_WORKFLOW_TYPE,
             {
                 "task": task.module_path,
-                "args": [
-                    _argument(value, f"Argument {n} of task {task.module_path!r}") for n, value in enumerate(args)
-                ],
-                "kwargs": {
-                    name: _argument(value, f"Keyword argument {name!r} of task {task.module_path!r}")
-                    for name, value in kwargs.items()
-                },
+                "args": arguments,
+                "kwargs": keywords,
                 "backend": self.alias,
                 "run_after": None if run_after is None else run_after.isoformat(),
             },
@@ -177,6 +179,17 @@ class WorkflowBackend(BaseTaskBackend):
 
 
 _INSTALL_HINT = "Add 'orchestration' to INSTALLED_APPS, then run `manage.py migrate`."
+
+
+def _check_call(task: Task[Any, Any], args: Any, kwargs: Any) -> None:
+    """Refuse arguments the task's function cannot be called with (a task's
+    declared input is its signature) before anything is written, not when a
+    worker calls it."""
+    context = (None,) if task.takes_context else ()
+    try:
+        inspect.signature(task.func).bind(*context, *args, **kwargs)
+    except TypeError as exc:
+        raise InvalidWorkflowInput(f"Task {task.module_path!r} cannot be called with these arguments: {exc}.") from None
 
 
 def _argument(value: Any, what: str) -> Any:

@@ -71,7 +71,7 @@ def execute(
         ctx = WorkflowContext(
             run, run.recorded_steps(), should_release=should_release, step_timeout=definition.step_timeout
         )
-        result = definition.function(ctx, run.input_data)
+        result = definition.function(ctx, definition.argument(run.input_data))
         encoded = to_json_text(result, f"The return value of workflow {run.workflow_type!r}")
         if finish_later is not None and run.parent_id is None and run.placeholder is None:
             finish_later(FinishedRun(run, encoded, started))

@@ -85,7 +85,6 @@ def test_list__as_a_table():
         (("--status", "done"), "Unknown status 'done': one of pending, running, completed, failed, cancelled."),
         (("--pending", "bored"), "Unknown pending reason 'bored': one of due, waiting, retrying"),
         (("--parent", "12"), "Parent '12' is not a workflow id (a UUID)."),
-        (("--limit", "0"), "--limit must be 1 or more."),
     ],
 )
 def test_list__a_bad_filter_is_refused_with_exit_status_2(args, message):

@@ -435,5 +435,5 @@ def test_command__pauses_resumes_changes_limits_and_lists_the_queues(capsys):
     assert "Queues" in capsys.readouterr().out
     with pytest.raises(CommandError, match="No queue 'nowhere'"):
         call_command("workflow_queues", "pause", "nowhere")
-    with pytest.raises(CommandError, match="whole number above 0"):
+    with pytest.raises(CommandError, match="--concurrency must be a whole number of 1 or more, got 0"):
         call_command("workflow_queues", "limits", "fc", "--concurrency", "0")

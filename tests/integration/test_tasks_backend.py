@@ -16,7 +16,7 @@ from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist, TaskRes
 from django.tasks.signals import task_enqueued, task_finished, task_started
 from django.utils import timezone
 
-from orchestration import cancel_workflow, claims, retry_workflow, start_workflow
+from orchestration import InvalidWorkflowInput, cancel_workflow, claims, retry_workflow, start_workflow
 from orchestration.models import Workflow, WorkflowStep
 from orchestration.tasks import TASK_WORKFLOW_TYPE, WorkflowBackend
 from orchestration.validation import NotJSONSerializable
@@ -289,3 +289,13 @@ def test_signals__task_finished_only_once_the_last_attempt_failed():
     finally:
         task_finished.disconnect(receiver)
     assert finished == [(TaskResultStatus.FAILED, 4, ["tests.testapp.tasks.Declined"])]
+
+
+def test_enqueue__refuses_arguments_the_task_function_cannot_take_naming_the_task_and_writing_nothing():
+    refused = r"Task 'tests.testapp.tasks.add' cannot be called with these arguments: missing a required argument: 'b'"
+    with pytest.raises(InvalidWorkflowInput, match=refused):
+        tasks.add.enqueue(2)
+    with pytest.raises(InvalidWorkflowInput, match=r"unexpected keyword argument 'c'"):
+        tasks.add.enqueue(2, b=3, c=4)
+    tasks.remember.enqueue("takes a context first")
+    assert Workflow.objects.count() == 1

@@ -6,6 +6,8 @@ import os
 import time
 from typing import Any
 
+from pydantic import BaseModel
+
 from orchestration import PermanentError, workflow
 
 from .models import LedgerEntry, StepRun
@@ -211,3 +213,37 @@ def versioned(ctx: Any, data: Any) -> Any:
     ctx.sleep("settle", data.get("settle", 0))
     ctx.step("ship", record, ctx, 3, "ship")
     return charged["label"]
+
+
+# -- declared input (orchestration.inputs) ------------------------------------
+
+
+class Shipment(BaseModel):
+    order_id: int
+    address: str
+    express: bool = False
+
+
+@workflow("ship_order", input=Shipment)
+def ship_order(ctx: Any, shipment: Shipment) -> Any:
+    """Returns what it was given, to show the model instance arrived."""
+    return {"given": type(shipment).__name__, "order_id": shipment.order_id, "express": shipment.express}
+
+
+def refund_amount(data: Any) -> int:
+    """A callable schema: the amount in cents, refusing what is not one."""
+    amount = data["amount_cents"]
+    if isinstance(amount, bool) or not isinstance(amount, int) or amount <= 0:
+        raise ValueError(f"field 'amount_cents' must be a whole number of cents above 0, not {amount!r}")
+    return amount
+
+
+@workflow("refund", input=refund_amount)
+def refund(ctx: Any, amount_cents: int) -> Any:
+    return {"refunded": amount_cents}
+
+
+@workflow("start_a_shipment")
+def start_a_shipment(ctx: Any, data: Any) -> Any:
+    """Starts a child ship_order run with the input it is given."""
+    return ctx.start_child("ship_order", data).workflow_id.hex

@@ -10,13 +10,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from orchestration.benchmark.report import render
 from orchestration.benchmark.runner import Benchmark, Options
-
-
-def _positive(value: str) -> int:
-    number = int(value.replace("_", ""))
-    if number < 1:
-        raise ValueError(value)
-    return number
+from orchestration.management.arguments import Bounded
 
 
 class Command(BaseCommand):
@@ -28,23 +22,44 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         defaults = Options()
-        parser.add_argument("--workflows", type=_positive, default=defaults.workflows, help="workflows a measurement")
-        parser.add_argument("--steps", type=_positive, default=defaults.steps, help="steps of the multi-step run")
-        parser.add_argument("--processes", type=_positive, default=defaults.processes, help="runworkers processes")
-        parser.add_argument("--threads", type=_positive, default=defaults.threads, help="--concurrency of each")
         parser.add_argument(
-            "--finished-rows", type=_positive, default=defaults.finished_rows, help="finished workflows pre-loaded"
+            "--workflows", action=Bounded, minimum=1, default=defaults.workflows, help="workflows a measurement"
         )
-        parser.add_argument("--backlog", type=_positive, default=defaults.backlog, help="workflows of the backlog run")
-        parser.add_argument("--latency-samples", type=_positive, default=defaults.latency_samples)
-        parser.add_argument("--single-enqueues", type=_positive, default=defaults.single_enqueues)
-        parser.add_argument("--repeat", type=_positive, default=defaults.repeat, help="rounds; medians are reported")
-        parser.add_argument("--rss-concurrency", type=_positive, default=defaults.rss_concurrency)
+        parser.add_argument(
+            "--steps", action=Bounded, minimum=1, default=defaults.steps, help="steps of the multi-step run"
+        )
+        parser.add_argument(
+            "--processes", action=Bounded, minimum=1, default=defaults.processes, help="runworkers processes"
+        )
+        parser.add_argument(
+            "--threads", action=Bounded, minimum=1, default=defaults.threads, help="--concurrency of each"
+        )
+        parser.add_argument(
+            "--finished-rows",
+            action=Bounded,
+            minimum=1,
+            default=defaults.finished_rows,
+            help="finished workflows pre-loaded",
+        )
+        parser.add_argument(
+            "--backlog", action=Bounded, minimum=1, default=defaults.backlog, help="workflows of the backlog run"
+        )
+        parser.add_argument("--latency-samples", action=Bounded, minimum=1, default=defaults.latency_samples)
+        parser.add_argument("--single-enqueues", action=Bounded, minimum=1, default=defaults.single_enqueues)
+        parser.add_argument(
+            "--repeat", action=Bounded, minimum=1, default=defaults.repeat, help="rounds; medians are reported"
+        )
+        parser.add_argument("--rss-concurrency", action=Bounded, minimum=1, default=defaults.rss_concurrency)
         parser.add_argument(
             "--worker-args", default="", help='extra runworkers options, e.g. "--no-listen --poll-interval 0.1"'
         )
         parser.add_argument(
-            "--vacuum-every", type=float, default=0, help="VACUUM the scratch tables every S seconds (autovacuum off)"
+            "--vacuum-every",
+            action=Bounded,
+            kind=float,
+            unit="seconds",
+            default=0,
+            help="VACUUM the scratch tables every S seconds (autovacuum off)",
         )
         parser.add_argument("--no-flow-control", action="store_true", help="skip the runs under flow control's limits")
         parser.add_argument("--keep", action="store_true", help="keep the scratch databases for inspection")

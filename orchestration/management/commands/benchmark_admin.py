@@ -7,8 +7,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandParser
 
 from orchestration.benchmark.admin_pages import AdminBenchmark, Options, render
-
-from .benchmark import _positive
+from orchestration.management.arguments import Bounded
 
 
 class Command(BaseCommand):
@@ -20,11 +19,17 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         defaults = Options()
-        parser.add_argument("--rows", type=_positive, default=defaults.rows, help="workflows loaded")
-        parser.add_argument("--days", type=_positive, default=defaults.days, help="the days they spread over")
-        parser.add_argument("--steps", type=_positive, default=defaults.steps, help="steps of a finished workflow")
-        parser.add_argument("--repeat", type=_positive, default=defaults.repeat, help="fetches of each page")
-        parser.add_argument("--chunk", type=_positive, default=defaults.chunk, help="workflows loaded a statement")
+        parser.add_argument("--rows", action=Bounded, minimum=1, default=defaults.rows, help="workflows loaded")
+        parser.add_argument(
+            "--days", action=Bounded, minimum=1, default=defaults.days, help="the days they spread over"
+        )
+        parser.add_argument(
+            "--steps", action=Bounded, minimum=1, default=defaults.steps, help="steps of a finished workflow"
+        )
+        parser.add_argument("--repeat", action=Bounded, minimum=1, default=defaults.repeat, help="fetches of each page")
+        parser.add_argument(
+            "--chunk", action=Bounded, minimum=1, default=defaults.chunk, help="workflows loaded a statement"
+        )
         parser.add_argument("--keep", action="store_true", help="keep the scratch database for inspection")
 
     def handle(self, *args: Any, **options: Any) -> None:

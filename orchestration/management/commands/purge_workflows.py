@@ -1,25 +1,14 @@
 from __future__ import annotations
 
-import argparse
 import datetime
-import math
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 
 from orchestration import retention
+from orchestration.management.arguments import Bounded
 from orchestration.models import FINISHED_STATUSES
-
-
-def _age_in_days(value: str) -> float:
-    try:
-        days = float(value)
-    except ValueError:
-        days = math.nan
-    if not (math.isfinite(days) and days >= 0):
-        raise argparse.ArgumentTypeError(f"must be a number of days, 0 or more, not {value!r}")
-    return days
 
 
 class Command(BaseCommand):
@@ -31,7 +20,13 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
-            "--older-than", type=_age_in_days, required=True, metavar="DAYS", help="age in days (e.g. 30)"
+            "--older-than",
+            action=Bounded,
+            kind=float,
+            unit="days",
+            required=True,
+            metavar="DAYS",
+            help="age in days (e.g. 30)",
         )
         parser.add_argument(
             "--status",
@@ -39,13 +34,13 @@ class Command(BaseCommand):
             metavar="STATUS",
             help=f"only these statuses, repeatable or comma-separated (default: {','.join(FINISHED_STATUSES)})",
         )
-        parser.add_argument("--batch-size", type=int, default=1000, help="workflows deleted per transaction")
+        parser.add_argument(
+            "--batch-size", action=Bounded, minimum=1, default=1000, help="workflows deleted per transaction"
+        )
         parser.add_argument("--dry-run", action="store_true", help="count what would be deleted, delete nothing")
 
     def handle(self, *args: Any, **options: Any) -> None:
         statuses = [s.strip() for value in options["status"] or [] for s in value.split(",") if s.strip()]
-        if options["batch_size"] < 1:
-            raise CommandError("--batch-size must be 1 or more")
         try:
             cutoff = timezone.now() - datetime.timedelta(days=options["older_than"])
         except OverflowError:

@@ -8,31 +8,11 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from orchestration import observe
 from orchestration.conf import conf
+from orchestration.management.arguments import POSITIVE_SECONDS, Bounded
 from orchestration.metrics import INSTALL_HINT
 from orchestration.registry import known_queues
 from orchestration.validation import InvalidWorkflowInput, validate_queue
 from orchestration.worker import Worker
-
-
-def _positive_int(value: str) -> int:
-    number = int(value)
-    if number < 1:
-        raise ValueError(value)
-    return number
-
-
-def _non_negative_int(value: str) -> int:
-    number = int(value)
-    if number < 0:
-        raise ValueError(value)
-    return number
-
-
-def _positive_float(value: str) -> float:
-    number = float(value)
-    if not number > 0:
-        raise ValueError(value)
-    return number
 
 
 class Command(BaseCommand):
@@ -40,25 +20,28 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
-            "--concurrency", type=_positive_int, default=None, help="worker threads (default: CONCURRENCY, 4)"
+            "--concurrency", action=Bounded, minimum=1, default=None, help="worker threads (default: CONCURRENCY, 4)"
         )
         parser.add_argument("--queues", default=None, help="comma-separated queues to serve (default: all)")
         parser.add_argument("--burst", action="store_true", help="exit once nothing is due and nothing is held")
-        parser.add_argument(
-            "--poll-interval", type=_positive_float, default=None, help="seconds between polls when idle"
-        )
+        parser.add_argument("--poll-interval", **POSITIVE_SECONDS, default=None, help="seconds between polls when idle")
         parser.add_argument(
             "--no-listen", action="store_true", help="do not LISTEN for new work; rely on polling (PgBouncer)"
         )
         parser.add_argument(
             "--claim-ahead",
-            type=_non_negative_int,
+            action=Bounded,
             default=None,
             help="runs kept claimed ahead of the threads while runs are short; 0: never (default: CLAIM_AHEAD, "
             "one a thread)",
         )
         parser.add_argument(
-            "--metrics-port", type=_positive_int, default=None, help="serve this process's Prometheus metrics there"
+            "--metrics-port",
+            action=Bounded,
+            minimum=1,
+            maximum=65535,
+            default=None,
+            help="serve this process's Prometheus metrics there",
         )
         parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
 

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
 from typing import Any
@@ -8,7 +9,9 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from orchestration import flow
 from orchestration.errors import InvalidQueueLimit, UnknownQueue
+from orchestration.management.arguments import Bounded
 from orchestration.management.commands.workflow_stats import render_table
+from orchestration.validation import parse_rate
 
 #: The limits' options, and how a value is read ("none" lifts a limit).
 LIMIT_OPTIONS = {"concurrency": int, "key_concurrency": int, "rate_limit": str, "key_rate_limit": str}
@@ -75,12 +78,21 @@ class Command(BaseCommand):
 
 
 def _limit(name: str, value: str) -> Any:
-    """A limit's option as ``set_queue_limits`` takes it: "none" lifts it."""
-    if value.lower() == "none":
+    """A limit's option as ``set_queue_limits`` takes it ("none" lifts it), or
+    a ``CommandError`` stating the option's rule."""
+    option = f"--{name.replace('_', '-')}"
+    if value.strip().lower() == "none":
         return None
     if LIMIT_OPTIONS[name] is int:
         try:
-            return int(value)
-        except ValueError:
-            raise CommandError(f"--{name.replace('_', '-')} {value!r}: a whole number, or none.") from None
+            return int(Bounded(option_strings=[option], dest=name, minimum=1).parse(value, option))
+        except argparse.ArgumentError as exc:
+            raise CommandError(f"{exc.message}; none lifts the limit") from None
+    try:
+        parse_rate(value)
+    except InvalidQueueLimit:
+        raise CommandError(
+            f"{option} must be a rate written N/s, N/m or N/h (N from 1 to 999999999), got {value}; "
+            "none lifts the limit"
+        ) from None
     return value

@@ -3,22 +3,23 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import BaseCommand, CommandParser
 from django.core.serializers.json import DjangoJSONEncoder
 
 from orchestration import stats
+from orchestration.management.arguments import Bounded
 
 
 class Command(BaseCommand):
     help = "Print the three monitoring reports: success rate per type, stuck workflows, average step durations."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--hours", type=int, default=24, help="window of the success-rate report (default 24)")
+        parser.add_argument(
+            "--hours", action=Bounded, minimum=1, default=24, help="window of the success-rate report (default 24)"
+        )
         parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        if options["hours"] < 1:
-            raise CommandError("--hours must be 1 or more")
         reports = stats.all_reports(options["hours"])
         if options["json"]:
             payload = {report.title: report.as_dicts() for report in reports}

@@ -27,6 +27,7 @@ from django.utils.dateparse import parse_datetime
 import orchestration
 from orchestration import api, listing, stats
 from orchestration.errors import InvalidTransition, InvalidWorkflowInput
+from orchestration.management.arguments import POSITIVE_SECONDS, Bounded
 from orchestration.models import Workflow
 
 BAD_ARGUMENT, NOT_FOUND, REFUSED, UNAVAILABLE = 2, 3, 4, 5
@@ -59,7 +60,7 @@ class Command(BaseCommand):
         def verb(name: str, help: str) -> CommandParser:
             sub = verbs.add_parser(name, help=help, description=help, **common)
             sub.add_argument("--json", action="store_true", help="print JSON, for scripts")
-            sub.add_argument("--timeout", type=float, default=READ_TIME_LIMIT, help="seconds a read may take")
+            sub.add_argument("--timeout", **POSITIVE_SECONDS, default=READ_TIME_LIMIT, help="seconds a read may take")
             return sub
 
         found = verb("list", "Workflows, newest first, with the admin list's filters.")
@@ -71,14 +72,14 @@ class Command(BaseCommand):
         found.add_argument("--parent", help="the children of this workflow")
         found.add_argument("--worker", help="the runs this worker holds")
         found.add_argument("--search", help="an id (or its first characters), an exact type or an idempotency key")
-        found.add_argument("--limit", type=int, default=50, help="how many (default 50)")
+        found.add_argument("--limit", action=Bounded, minimum=1, default=50, help="how many (default 50)")
         verb("show", "One workflow: its columns, steps, children and waiting events.").add_argument("id")
         verb("workers", "The runworkers processes and what each holds.").add_argument(
             "--all", action="store_true", help="with the workers marked gone"
         )
         retry = verb("retry", "Send failed or cancelled workflows back to pending, completed steps kept.")
         retry.add_argument("ids", nargs="+", metavar="ID")
-        retry.add_argument("--from-step", type=int, help="run this step and every later one again")
+        retry.add_argument("--from-step", action=Bounded, minimum=1, help="run this step and every later one again")
         verb("restart", "Run finished workflows again from their first step.").add_argument("ids", nargs="+")
         cancel = verb("cancel", "Cancel pending or running workflows.")
         cancel.add_argument("ids", nargs="+", metavar="ID")
@@ -108,8 +109,6 @@ class Command(BaseCommand):
     # -- reads ---------------------------------------------------------------------
 
     def _list(self, options: dict[str, Any]) -> Any:
-        if options["limit"] < 1:
-            raise CommandError("--limit must be 1 or more.", returncode=BAD_ARGUMENT)
         filters = listing.Filters(
             status=options["status"],
             pending=options["pending"],

@@ -9,16 +9,20 @@ import subprocess
 import sys
 import time
 import uuid
+from collections import Counter
 from typing import Any
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandParser
-from django.db.models import Min
+from django.db.models import Count, Min, Q
 from django.utils import timezone
 
 from orchestration import send_event, start_workflow
-from orchestration.models import Workflow, WorkflowStatus
+from orchestration.models import StepStatus, Workflow, WorkflowStatus
 from orchestration.waits import waiting_for_event
+
+#: The statuses in the summary, in this order.
+SUMMARY_ORDER = ("completed", "failed", "cancelled", "running", "pending")
 
 #: How long the failed payout's bank stays "down" after the demo starts.
 BANK_DOWNTIME = datetime.timedelta(seconds=60)
@@ -107,31 +111,50 @@ class Command(BaseCommand):
         self.stderr.write("Timed out waiting for the demo workflows to finish.")
 
     def _report(self, started: list[Workflow], bank_down_until: datetime.datetime) -> None:
-        rows = Workflow.objects.filter(pk__in=[w.pk for w in started]).order_by("created_at")
+        rows = report_rows([workflow.pk for workflow in started])
         self.stdout.write("\nDemo report\n")
-        header = f"{'workflow':<36} {'type':<18} {'status':<10} {'attempts':>8} {'steps':>5}  detail"
+        header = f"{'workflow':<36} {'type':<18} {'status':<10} {'attempts':>8} {'steps done/run':>14}  detail"
         self.stdout.write(header + "\n" + "-" * len(header))
-        counts = {"completed": 0, "retried": 0, "failed": 0}
         for workflow in rows:
-            detail = workflow.error_message if workflow.status == WorkflowStatus.FAILED else workflow.output_data
-            self.stdout.write(
-                f"{workflow.pk!s:<36} {workflow.workflow_type:<18} {workflow.status:<10} "
-                f"{workflow.attempts:>8} {workflow.current_step:>5}  {detail}"
-            )
-            if workflow.status == WorkflowStatus.COMPLETED:
-                counts["completed"] += 1
-            if workflow.status == WorkflowStatus.FAILED:
-                counts["failed"] += 1
-            if workflow.attempts > 1:
-                counts["retried"] += 1
-        self.stdout.write(
-            f"\n{counts['completed']} completed, {counts['retried']} retried, {counts['failed']} failed "
-            f"(of {len(started)})\n"
-        )
+            self.stdout.write(report_line(workflow))
+        self.stdout.write(f"\n{summary(rows)}\n")
         self.stdout.write(
             "See them in the admin: run `make serve`, open http://127.0.0.1:8000/admin/ "
             f"(user demo, password demo), then retry the failed payout {bank_back_at(bank_down_until)}.\n"
         )
+
+
+def report_rows(ids: list[Any]) -> list[Workflow]:
+    """The demo's runs in the order started, each with the steps it ran and completed."""
+    done = Count("steps", filter=Q(steps__status=StepStatus.COMPLETED))
+    runs = Workflow.objects.filter(pk__in=ids).annotate(steps_run=Count("steps"), steps_done=done)
+    return list(runs.order_by("created_at"))
+
+
+def report_line(workflow: Any) -> str:
+    """A run's line: the steps column counts the steps completed and the steps run
+    (``current_step`` is only the last completed one: a run whose second step
+    failed ran two)."""
+    detail = workflow.error_message if workflow.status == WorkflowStatus.FAILED else workflow.output_data
+    steps = f"{workflow.steps_done}/{workflow.steps_run}"
+    return (
+        f"{workflow.pk!s:<36} {workflow.workflow_type:<18} {workflow.status:<10} "
+        f"{workflow.attempts:>8} {steps:>14}  {detail}"
+    )
+
+
+def summary(rows: list[Workflow]) -> str:
+    """The runs counted by status, parts that add up to the whole, and how many
+    of each status took more than one attempt (a count across them, not a part):
+    "6 workflows: 5 completed, 1 failed; 2 took more than one attempt (1 completed, 1 failed)"."""
+    by_status = Counter(row.status for row in rows)
+    retried = Counter(row.status for row in rows if row.attempts > 1)
+    statuses = [status for status in SUMMARY_ORDER if by_status[status]]
+    text = f"{len(rows)} workflows: " + ", ".join(f"{by_status[status]} {status}" for status in statuses)
+    if retried:
+        parts = ", ".join(f"{retried[status]} {status}" for status in statuses if retried[status])
+        text += f"; {sum(retried.values())} took more than one attempt ({parts})"
+    return text
 
 
 def bank_back_at(bank_down_until: datetime.datetime) -> str:

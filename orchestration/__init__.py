@@ -23,12 +23,15 @@ from .errors import (
     UnknownQueue,
     UnknownWorkflowType,
     WorkflowCancelled,
+    WorkflowFailed,
 )
 
 if TYPE_CHECKING:
     from .api import cancel_workflow, restart_workflow, retry_workflow, send_event, start_workflow, start_workflows
+    from .async_api import asend_event, astart_workflow, astart_workflows
     from .context import ChildHandle, WorkflowContext
     from .flow import pause_queue, resume_queue, set_queue_limits
+    from .results import aget_result, wait_for_result
 
 _LAZY = {
     "start_workflow": "api",
@@ -37,6 +40,11 @@ _LAZY = {
     "restart_workflow": "api",
     "cancel_workflow": "api",
     "send_event": "api",
+    "astart_workflow": "async_api",
+    "astart_workflows": "async_api",
+    "asend_event": "async_api",
+    "wait_for_result": "results",
+    "aget_result": "results",
     "set_queue_limits": "flow",
     "pause_queue": "flow",
     "resume_queue": "flow",
@@ -60,6 +68,11 @@ __all__ = [
     "UnknownWorkflowType",
     "WorkflowCancelled",
     "WorkflowContext",
+    "WorkflowFailed",
+    "aget_result",
+    "asend_event",
+    "astart_workflow",
+    "astart_workflows",
     "cancel_workflow",
     "pause_queue",
     "restart_workflow",
@@ -69,6 +82,7 @@ __all__ = [
     "set_queue_limits",
     "start_workflow",
     "start_workflows",
+    "wait_for_result",
     "workflow",
 ]
 

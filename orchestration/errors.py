@@ -50,6 +50,17 @@ class WorkflowCancelled(OrchestrationError):
     # failure. The engine stops the cancelled run itself with ``RunCancelled``.
 
 
+class WorkflowFailed(OrchestrationError):
+    """The workflow failed."""
+
+    # Raised to a caller waiting for a run that failed (``wait_for_result``);
+    # ``error_message`` is the run's own, as the admin shows it.
+    def __init__(self, message: str | None = None, *, workflow_id: Any = None, error_message: str | None = None):
+        super().__init__(message)
+        self.workflow_id = workflow_id
+        self.error_message = error_message
+
+
 class InvalidWorkflowInput(OrchestrationError, ValueError):
     """The workflow's input or options are invalid."""
 

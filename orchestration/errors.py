@@ -15,12 +15,9 @@ from __future__ import annotations
 
 import datetime
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django.db import InterfaceError, OperationalError
-
-if TYPE_CHECKING:
-    from .waits import Wait
 
 
 class OrchestrationError(Exception):
@@ -130,7 +127,9 @@ class Suspend(ControlFlow):
     release in the same transaction, says the wake-up already happened.
     """
 
-    def __init__(self, until: datetime.datetime | None, wait: Wait, ready: Callable[[], bool] | None = None):
+    # ``wait`` is a ``waits.Wait``, not imported even for typing: errors import
+    # nothing of the package (waits imports the models, and they wait for results).
+    def __init__(self, until: datetime.datetime | None, wait: Any, ready: Callable[[], bool] | None = None):
         super().__init__(wait.text)
         self.until = until
         self.wait = wait

@@ -80,8 +80,10 @@ class ResultListener:
             self._waiters.setdefault(key, []).append(wake)
             if self._thread is None:
                 self.mode = Mode.STARTING
-                self._stop.clear()
-                self._thread = threading.Thread(target=self._run, name="orchestration-results", daemon=True)
+                self._stop = threading.Event()  # each thread its own: a stopping one never sees it cleared
+                self._thread = threading.Thread(
+                    target=self._run, args=(self._stop,), name="orchestration-results", daemon=True
+                )
                 self._thread.start()
         try:
             yield
@@ -96,20 +98,21 @@ class ResultListener:
     def stop(self) -> None:
         """Stop the thread and close its connection (the next waiter starts it again)."""
         with self._lock:
-            thread = self._thread
-        self._stop.set()
+            thread, stop = self._thread, self._stop
+        stop.set()
         if thread is not None:
             thread.join()
 
-    def _idle(self, since: float) -> bool:
+    def _idle(self, stop: threading.Event, since: float) -> bool:
         """Whether to stop: asked to, or no one has waited since ``since``. A
         thread that stops says so under the lock, so a waiter arriving now starts another."""
         with self._lock:
-            if self._waiters and not self._stop.is_set():
+            if self._waiters and not stop.is_set():
                 return False
-            if not self._stop.is_set() and time.monotonic() - since < self.idle_exit:
+            if not stop.is_set() and time.monotonic() - since < self.idle_exit:
                 return False
-            self._thread = None
+            if self._thread is threading.current_thread():
+                self._thread = None
             return True
 
     def _wake(self, key: str | None = None) -> None:
@@ -126,11 +129,11 @@ class ResultListener:
         self.mode = mode
         self._wake()
 
-    def _run(self) -> None:
+    def _run(self, stop: threading.Event) -> None:
         failures = 0
         idle_since = time.monotonic()
         try:
-            while not self._idle(idle_since):
+            while not self._idle(stop, idle_since):
                 try:
                     connection = connections[conf.DATABASE]
                     connection.ensure_connection()
@@ -143,14 +146,14 @@ class ResultListener:
                             conf.POLL_INTERVAL,
                         )
                         self._set_mode(Mode.POLLING)
-                        while not self._idle(idle_since):  # kept, so the probe is not repeated by every waiter
+                        while not self._idle(stop, idle_since):  # kept, so the probe is not repeated by every waiter
                             if self._waiters:
                                 idle_since = time.monotonic()
-                            self._stop.wait(1.0)
+                            stop.wait(1.0)
                         return
                     self._set_mode(Mode.LISTENING)
                     failures = 0
-                    while not self._idle(idle_since):
+                    while not self._idle(stop, idle_since):
                         for notice in pg.notifies(timeout=1.0):
                             self._wake(notice.payload)
                         if self._waiters:
@@ -162,7 +165,7 @@ class ResultListener:
                     self._set_mode(Mode.STARTING)
                     with contextlib.suppress(DatabaseError):
                         connections[conf.DATABASE].close()
-                    self._stop.wait(min(30.0, 0.5 * 2 ** min(failures, 6)))
+                    stop.wait(min(30.0, 0.5 * 2 ** min(failures, 6)))
         finally:
             connections.close_all()
 

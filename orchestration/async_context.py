@@ -32,6 +32,8 @@ from .validation import to_json_value, validate_step_timeout
 
 #: How often an async step body is checked for a lost lease while it runs (seconds).
 LOST_CHECK_INTERVAL = 0.25
+#: How long a cancelled async step body is given to finish its cleanup before the run moves on (seconds).
+CANCEL_GRACE = 5.0
 
 
 def run(function: Callable[[Any, Any], Coroutine[Any, Any, Any]], ctx: WorkflowContext, data: Any) -> Any:
@@ -127,5 +129,6 @@ class AsyncWorkflowContext(WorkflowContext):
                         f'step "{name}" did not return within its timeout of {limit:g}s; it was cancelled'
                     )
         finally:
-            if not task.done():
+            if not task.done():  # let the body's own cleanup (except CancelledError, finally) run, for a while
                 task.cancel()
+                await asyncio.wait({task}, timeout=CANCEL_GRACE)

@@ -19,6 +19,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+from django.apps import apps
 from django.db import DatabaseError, connections
 
 from . import sql
@@ -28,6 +29,10 @@ logger = logging.getLogger(__name__)
 
 #: Channel of an awaited run's end (the trigger of migration 0009); the payload is the run's id.
 RESULT_CHANNEL = "orchestration_result"
+#: What a waiter reads of the run it waits for (the listener reads it for them).
+ROW_COLUMNS = ("id", "status", "workflow_type", "output_data", "error_message")
+
+Wake = Callable[[dict[str, Any] | None], object]
 
 
 def notifications_arrive(pg: Any, channel: str, probe: str, on_other: Callable[[str], None]) -> bool:
@@ -58,9 +63,12 @@ class Mode(enum.Enum):
 
 
 class ResultListener:
-    """The process's LISTEN on ``RESULT_CHANNEL``: calls each waiter's wake-up
-    when its run's id arrives, and every waiter's when the mode changes (the
-    connection dropped, or came back: they re-read what they wait for)."""
+    """The process's LISTEN on ``RESULT_CHANNEL``: when ids arrive, reads the
+    runs someone here waits for, all in one query, and calls each waiter's
+    wake-up with its run's row (``ROW_COLUMNS``); calls every waiter's with
+    None when the mode changes (the connection dropped, or came back: they
+    read what they wait for themselves). A burst of completions costs one
+    read, not one a waiter, and an async waiter needs no thread to read."""
 
     #: The thread stops (and closes its connection) once no one has waited for this many seconds.
     idle_exit = 60.0
@@ -69,12 +77,13 @@ class ResultListener:
         self.mode = Mode.STARTING
         self._stop = threading.Event()
         self._lock = threading.Lock()
-        self._waiters: dict[str, list[Callable[[], object]]] = {}
+        self._waiters: dict[str, list[Wake]] = {}
         self._thread: threading.Thread | None = None
 
     @contextlib.contextmanager
-    def subscribed(self, workflow_id: uuid.UUID, wake: Callable[[], object]) -> Any:
-        """Call ``wake`` (from the listener's thread) when run ``workflow_id`` may have finished."""
+    def subscribed(self, workflow_id: uuid.UUID, wake: Wake) -> Any:
+        """Call ``wake`` (from the listener's thread) with the row of run
+        ``workflow_id`` when it finished, or with None when it may have."""
         key = str(workflow_id)
         with self._lock:
             self._waiters.setdefault(key, []).append(wake)
@@ -115,7 +124,7 @@ class ResultListener:
                 self._thread = None
             return True
 
-    def _wake(self, key: str | None = None) -> None:
+    def _wake(self, key: str | None = None, row: dict[str, Any] | None = None) -> None:
         with self._lock:
             if key is None:
                 wakes = [wake for wakes in self._waiters.values() for wake in wakes]
@@ -123,7 +132,20 @@ class ResultListener:
                 wakes = list(self._waiters.get(key, ()))
         for wake in wakes:
             with contextlib.suppress(Exception):  # a waiter's loop closed meanwhile: not the listener's failure
-                wake()
+                wake(row)
+
+    def _deliver(self, ids: list[str]) -> None:
+        """Read the runs of ``ids`` that someone waits for and wake their waiters with their rows."""
+        with self._lock:
+            wanted = [key for key in dict.fromkeys(ids) if key in self._waiters]
+        if not wanted:
+            return
+        model = apps.get_model("orchestration", "Workflow")
+        for row in model._default_manager.using(conf.DATABASE).filter(pk__in=wanted).values(*ROW_COLUMNS):
+            self._wake(str(row["id"]), row)
+
+    def _deliver_one(self, key: str) -> None:
+        self._wake(key)  # during the probe: the waiter reads its run itself
 
     def _set_mode(self, mode: Mode) -> None:
         self.mode = mode
@@ -139,7 +161,7 @@ class ResultListener:
                     connection.ensure_connection()
                     pg = connection.connection
                     pg.execute(f"LISTEN {RESULT_CHANNEL}")
-                    if not notifications_arrive(pg, RESULT_CHANNEL, f"probe:{uuid.uuid4()}", self._wake):
+                    if not notifications_arrive(pg, RESULT_CHANNEL, f"probe:{uuid.uuid4()}", self._deliver_one):
                         logger.warning(
                             "LISTEN receives nothing on this connection (a pooler in transaction mode, such as "
                             "PgBouncer?); waiting for results by polling every %ss instead",
@@ -154,8 +176,8 @@ class ResultListener:
                     self._set_mode(Mode.LISTENING)
                     failures = 0
                     while not self._idle(stop, idle_since):
-                        for notice in pg.notifies(timeout=1.0):
-                            self._wake(notice.payload)
+                        # Every notification already received, at once (the query must wait for the generator's end).
+                        self._deliver([notice.payload for notice in pg.notifies(timeout=1.0, stop_after=1)])
                         if self._waiters:
                             idle_since = time.monotonic()
                     return

@@ -3,9 +3,10 @@ async form ``aget_result``.
 
 A waiter reads the run; if it has not finished, it subscribes to the
 process's listener (``listen.result_listener``), marks the run ``awaited``
-and reads it again, then sleeps until the listener says the run may have
-finished. The mark comes after LISTEN is in place and before that second read,
-so an end is either read or announced, never missed; a run nobody waits for
+and reads it again, then sleeps until the listener hands it the run's row
+(read once for every waiter woken together). The mark comes after LISTEN is
+in place and before that second read, so an end is either read or
+announced, never missed; a run nobody waits for
 is never marked, and its end sends no NOTIFY. Where LISTEN delivers nothing
 (PgBouncer in transaction mode), or while the listener reconnects, waiters
 read the run again every ``POLL_INTERVAL`` instead.
@@ -29,11 +30,8 @@ from django.db import connections
 
 from .conf import conf
 from .errors import InvalidWorkflowInput, OrchestrationError, WorkflowCancelled, WorkflowFailed
-from .listen import Mode, result_listener
+from .listen import ROW_COLUMNS, Mode, result_listener
 from .validation import to_timedelta
-
-#: What a waiter reads of the run.
-_COLUMNS = ("status", "workflow_type", "output_data", "error_message")
 
 
 class _Wait:
@@ -48,7 +46,7 @@ class _Wait:
         model = apps.get_model("orchestration", "Workflow")
         self.does_not_exist = model.DoesNotExist
         self.rows = model._default_manager.using(conf.DATABASE).filter(pk=self.workflow_id)
-        self.read = self.rows.values(*_COLUMNS)
+        self.read = self.rows.values(*ROW_COLUMNS)
 
     def outcome(self, row: dict[str, Any] | None) -> tuple[bool, Any]:
         """``(True, output)`` for a completed run, ``(False, None)`` for an
@@ -105,37 +103,58 @@ def wait_for_result(workflow: Any, timeout: float | datetime.timedelta | None = 
     done, output = wait.outcome(wait.read.first())
     if done:
         return output
-    woken = threading.Event()
-    with result_listener.subscribed(wait.workflow_id, woken.set):
+    woken, delivered = threading.Event(), []
+
+    def wake(row: dict[str, Any] | None) -> None:
+        if row is not None:
+            delivered.append(row)
+        woken.set()
+
+    with result_listener.subscribed(wait.workflow_id, wake):
+        row = None
         while True:
             woken.clear()
-            if wait.to_mark():
-                wait.rows.update(awaited=True)
-            done, output = wait.outcome(wait.read.first())
+            if row is None:  # nothing delivered: read it
+                if wait.to_mark():
+                    wait.rows.update(awaited=True)
+                row = wait.read.first()
+            done, output = wait.outcome(row)
             if done:
                 return output
             woken.wait(wait.pause())
+            row = delivered.pop() if delivered else None
 
 
 async def aget_result(workflow: Any, timeout: float | datetime.timedelta | None = None) -> Any:
     """``wait_for_result`` for async code: the wait holds no thread (the
-    process's listener wakes this task); its reads go through Django's async ORM."""
+    process's listener wakes this task with the run's row); the reads before
+    it go through Django's async ORM."""
     wait = _Wait(workflow, timeout, "aget_result")
     done, output = wait.outcome(await wait.read.afirst())
     if done:
         return output
     loop = asyncio.get_running_loop()
-    woken = asyncio.Event()
-    with result_listener.subscribed(wait.workflow_id, lambda: loop.call_soon_threadsafe(woken.set)):
+    woken, delivered = asyncio.Event(), []
+
+    def wake(row: dict[str, Any] | None) -> None:
+        if row is not None:
+            delivered.append(row)
+        woken.set()
+
+    with result_listener.subscribed(wait.workflow_id, lambda row: loop.call_soon_threadsafe(wake, row)):
+        row = None
         while True:
             woken.clear()
-            if wait.to_mark():
-                await wait.rows.aupdate(awaited=True)
-            done, output = wait.outcome(await wait.read.afirst())
+            if row is None:  # nothing delivered: read it
+                if wait.to_mark():
+                    await wait.rows.aupdate(awaited=True)
+                row = await wait.read.afirst()
+            done, output = wait.outcome(row)
             if done:
                 return output
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(woken.wait(), wait.pause())
+            row = delivered.pop() if delivered else None
 
 
 def _workflow_id(workflow: Any, what: str) -> uuid.UUID:

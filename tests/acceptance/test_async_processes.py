@@ -12,7 +12,7 @@ from django.http import JsonResponse
 from django.test import AsyncClient, override_settings
 from django.urls import path
 
-from orchestration import aget_result, astart_workflow, start_workflow, start_workflows
+from orchestration import aget_result, astart_workflow, cancel_workflow, start_workflow, start_workflows
 from orchestration.models import Workflow
 from tests.acceptance.test_runworkers import wait_for
 from tests.support import run_async, run_burst, start_workers, worker_env
@@ -44,6 +44,18 @@ def test_async_workflow__killed_mid_run_resumes_after_its_last_completed_step_on
     assert Workflow.objects.get(pk=run.pk).output_data == {"steps": [1, 2, 3], "input": {"sleep": 0.5}}
     ran = list(StepRun.objects.filter(workflow_id=run.pk).order_by("id").values_list("step_number", "pid"))
     assert ran == [(1, first.pid), (2, first.pid), (2, second.pid), (3, second.pid)]
+
+
+def test_async_step__of_a_run_cancelled_meanwhile_is_cancelled_and_the_worker_takes_other_work(workers):
+    run = start_workflow("async_cancellable")
+    workers.append(start_workers("--concurrency", "1", "--poll-interval", "0.2"))
+    assert wait_for(lambda: StepRun.objects.filter(workflow_id=run.pk, label="started").exists(), timeout=30)
+    cancel_workflow(run, "not needed")
+    # The heartbeat (every second here) finds the lease lost; the body is cancelled, not left running.
+    assert wait_for(lambda: StepRun.objects.filter(workflow_id=run.pk, label="cancelled").exists(), timeout=10)
+    other = start_workflow("echo", "next")
+    assert wait_for(lambda: Workflow.objects.get(pk=other.pk).status == "completed", timeout=10)
+    assert Workflow.objects.get(pk=run.pk).status == "cancelled"
 
 
 def test_sync_and_async_workflows__run_side_by_side_in_one_runworkers_process():

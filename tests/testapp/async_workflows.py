@@ -46,3 +46,17 @@ async def async_mixed(ctx: Any, data: Any) -> Any:
 @workflow("async_slow_step", max_retries=0)
 async def async_slow_step(ctx: Any, data: Any) -> Any:
     return await ctx.step("slow", asyncio.sleep, data["seconds"], timeout=data["timeout"])
+
+
+async def wait_to_be_cancelled(ctx: Any) -> None:
+    await StepRun.objects.acreate(workflow_id=ctx.workflow_id, step_number=1, label="started", pid=os.getpid())
+    try:
+        await asyncio.sleep(60)
+    except asyncio.CancelledError:
+        await StepRun.objects.acreate(workflow_id=ctx.workflow_id, step_number=1, label="cancelled", pid=os.getpid())
+        raise
+
+
+@workflow("async_cancellable", max_retries=0)
+async def async_cancellable(ctx: Any, data: Any) -> Any:
+    return await ctx.step("wait", wait_to_be_cancelled, ctx)

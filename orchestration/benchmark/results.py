@@ -20,7 +20,7 @@ from .scratch import ScratchDatabase
 from .workflows import WORKFLOW_TYPE
 
 #: The first run falls due this long after the callers start waiting; the others one ``SPACING`` apart.
-FIRST_DUE = 1.0
+FIRST_DUE = 2.0
 SPACING = 0.01
 
 

@@ -19,8 +19,10 @@ from orchestration.listen import result_listener
 from .scratch import ScratchDatabase
 from .workflows import WORKFLOW_TYPE
 
-#: The first run falls due this long after the callers start waiting; the others one ``SPACING`` apart.
-FIRST_DUE = 2.0
+#: The first run falls due this long after the callers start waiting, and this much later a caller
+#: (their reads before the wait share the async ORM's one thread); the others one ``SPACING`` apart.
+FIRST_DUE = 0.5
+FIRST_DUE_A_CALLER = 0.0075
 SPACING = 0.01
 
 
@@ -30,7 +32,7 @@ def wait_delays(database: ScratchDatabase, count: int) -> list[float]:
     caller's delay from completion to return, in milliseconds."""
     database.reset()
     with database.queue_alias():
-        first = timezone.now() + datetime.timedelta(seconds=FIRST_DUE)
+        first = timezone.now() + datetime.timedelta(seconds=FIRST_DUE + FIRST_DUE_A_CALLER * count)
         runs = [
             start_workflow(WORKFLOW_TYPE, {"steps": 1}, run_after=first + datetime.timedelta(seconds=n * SPACING))
             for n in range(count)

@@ -29,6 +29,7 @@ from .errors import (
 if TYPE_CHECKING:
     from .api import cancel_workflow, restart_workflow, retry_workflow, send_event, start_workflow, start_workflows
     from .async_api import asend_event, astart_workflow, astart_workflows
+    from .async_context import AsyncWorkflowContext
     from .context import ChildHandle, WorkflowContext
     from .flow import pause_queue, resume_queue, set_queue_limits
     from .results import aget_result, wait_for_result
@@ -49,10 +50,12 @@ _LAZY = {
     "pause_queue": "flow",
     "resume_queue": "flow",
     "WorkflowContext": "context",
+    "AsyncWorkflowContext": "async_context",
     "ChildHandle": "context",
 }
 
 __all__ = [
+    "AsyncWorkflowContext",
     "ChildHandle",
     "ChildWorkflowFailed",
     "DeadlineExceeded",

@@ -23,6 +23,7 @@ from .errors import (
     UnknownQueue,
     UnknownWorkflowType,
     WorkflowCancelled,
+    WorkflowFailed,
 )
 
 #: The package's version, its one place: pyproject.toml reads it (setuptools' dynamic version).
@@ -30,9 +31,12 @@ __version__ = "0.2.0.dev0"
 
 if TYPE_CHECKING:
     from .api import cancel_workflow, restart_workflow, retry_workflow, send_event, start_workflow, start_workflows
+    from .async_api import asend_event, astart_workflow, astart_workflows
+    from .async_context import AsyncWorkflowContext
     from .context import ChildHandle, WorkflowContext
     from .flow import pause_queue, resume_queue, set_queue_limits
     from .forks import fork_workflow
+    from .results import aget_result, wait_for_result
 
 _LAZY = {
     "start_workflow": "api",
@@ -42,14 +46,21 @@ _LAZY = {
     "cancel_workflow": "api",
     "send_event": "api",
     "fork_workflow": "forks",
+    "astart_workflow": "async_api",
+    "astart_workflows": "async_api",
+    "asend_event": "async_api",
+    "wait_for_result": "results",
+    "aget_result": "results",
     "set_queue_limits": "flow",
     "pause_queue": "flow",
     "resume_queue": "flow",
     "WorkflowContext": "context",
+    "AsyncWorkflowContext": "async_context",
     "ChildHandle": "context",
 }
 
 __all__ = [
+    "AsyncWorkflowContext",
     "ChildHandle",
     "ChildWorkflowFailed",
     "DeadlineExceeded",
@@ -65,6 +76,11 @@ __all__ = [
     "UnknownWorkflowType",
     "WorkflowCancelled",
     "WorkflowContext",
+    "WorkflowFailed",
+    "aget_result",
+    "asend_event",
+    "astart_workflow",
+    "astart_workflows",
     "cancel_workflow",
     "fork_workflow",
     "pause_queue",
@@ -75,6 +91,7 @@ __all__ = [
     "set_queue_limits",
     "start_workflow",
     "start_workflows",
+    "wait_for_result",
     "workflow",
 ]
 

@@ -15,12 +15,9 @@ from __future__ import annotations
 
 import datetime
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django.db import InterfaceError, OperationalError
-
-if TYPE_CHECKING:
-    from .waits import Wait
 
 
 class OrchestrationError(Exception):
@@ -48,6 +45,17 @@ class WorkflowCancelled(OrchestrationError):
     # An error for callers, about a run that ended cancelled; raised inside a
     # workflow function (by code waiting for another run) it is an ordinary
     # failure. The engine stops the cancelled run itself with ``RunCancelled``.
+
+
+class WorkflowFailed(OrchestrationError):
+    """The workflow failed."""
+
+    # Raised to a caller waiting for a run that failed (``wait_for_result``);
+    # ``error_message`` is the run's own, as the admin shows it.
+    def __init__(self, message: str | None = None, *, workflow_id: Any = None, error_message: str | None = None):
+        super().__init__(message)
+        self.workflow_id = workflow_id
+        self.error_message = error_message
 
 
 class InvalidWorkflowInput(OrchestrationError, ValueError):
@@ -119,7 +127,9 @@ class Suspend(ControlFlow):
     release in the same transaction, says the wake-up already happened.
     """
 
-    def __init__(self, until: datetime.datetime | None, wait: Wait, ready: Callable[[], bool] | None = None):
+    # ``wait`` is a ``waits.Wait``, not imported even for typing: errors import
+    # nothing of the package (waits imports the models, and they wait for results).
+    def __init__(self, until: datetime.datetime | None, wait: Any, ready: Callable[[], bool] | None = None):
         super().__init__(wait.text)
         self.until = until
         self.wait = wait

@@ -8,12 +8,16 @@ path's statements it declares, in ``orchestration.sql``).
 
 from __future__ import annotations
 
+import datetime
 import uuid
+from typing import Any
 
 from django.contrib.postgres.functions import RandomUUID
 from django.db import models
 from django.db.models import Q
 from django.db.models.functions import Now
+
+from . import results
 
 
 class WorkflowStatus(models.TextChoices):
@@ -115,6 +119,9 @@ class Workflow(models.Model):
     forked_from = models.ForeignKey(
         "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="forks", db_index=False
     )
+    # Someone waits for this run's result (``results``): entering a finished
+    # status, it is announced by the trigger of migration 0010, and only then.
+    awaited = models.BooleanField(default=False, db_default=False, editable=False)
 
     class Meta:
         db_table = "workflows"
@@ -186,6 +193,14 @@ class Workflow(models.Model):
     @property
     def is_finished(self) -> bool:
         return self.status in FINISHED_STATUSES
+
+    def wait_for_result(self, timeout: float | datetime.timedelta | None = None) -> Any:
+        """Wait for this run's output: ``orchestration.wait_for_result(self, timeout)``."""
+        return results.wait_for_result(self, timeout)
+
+    async def aget_result(self, timeout: float | datetime.timedelta | None = None) -> Any:
+        """Await this run's output: ``orchestration.aget_result(self, timeout)``."""
+        return await results.aget_result(self, timeout)
 
 
 class WorkflowWorker(models.Model):

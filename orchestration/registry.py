@@ -8,6 +8,8 @@ start-up (see ``apps.py``), so workers and web processes know the same types.
 from __future__ import annotations
 
 import datetime
+import functools
+import inspect
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -53,6 +55,12 @@ class WorkflowDefinition:
         from .inputs import validated
 
         return validated(self.name, self.input_schema, data, where)
+
+    @functools.cached_property
+    def is_async(self) -> bool:
+        """An ``async def`` workflow: run in an event loop (``async_context``), its
+        ``ctx`` an ``AsyncWorkflowContext``. Read once: the sync path pays one attribute read."""
+        return inspect.iscoroutinefunction(self.function)
 
 
 def register(definition: WorkflowDefinition) -> None:

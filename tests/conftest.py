@@ -21,3 +21,13 @@ def workers() -> Iterator[list[WorkerProcess]]:
             print(f"worker log kept: {process.log_path}")
         else:
             process.log_path.unlink(missing_ok=True)
+
+
+@pytest.fixture(autouse=True)
+def result_listener_stopped() -> Iterator[None]:
+    """The process's result listener (started by a test that waits for a
+    result) holds a connection to the test database: closed after each test."""
+    yield
+    from orchestration.listen import result_listener
+
+    result_listener.stop()

@@ -3,17 +3,19 @@ processes on the test database, and connections of their own to it."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Coroutine, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
-from django.db import connection
+from asgiref.sync import sync_to_async
+from django.db import connection, connections
 
 from orchestration import claims
 from orchestration.models import Workflow, WorkflowStatus
@@ -21,6 +23,7 @@ from orchestration.sql import NOTIFY_CHANNEL
 from orchestration.worker import execute
 
 ROOT = Path(__file__).resolve().parent.parent
+T = TypeVar("T")
 
 
 def drain(max_runs: int = 100, *, hurry_retries: bool = True) -> list[str]:
@@ -36,6 +39,19 @@ def drain(max_runs: int = 100, *, hurry_retries: bool = True) -> list[str]:
             return outcomes
         outcomes.append(execute(runs[0]))
     raise AssertionError(f"still claiming after {max_runs} runs")
+
+
+def run_async(main: Coroutine[Any, Any, T]) -> T:
+    """``asyncio.run(main)``, then close the connection Django's async ORM
+    opened in its thread for sync work (as a server's request end would)."""
+
+    async def and_close() -> T:
+        try:
+            return await main
+        finally:
+            await sync_to_async(connections.close_all)()
+
+    return asyncio.run(and_close())
 
 
 def worker_env(**extra: str) -> dict[str, str]:

@@ -27,7 +27,7 @@ import psycopg
 
 from orchestration import start_workflow, start_workflows
 
-from . import limit
+from . import limit, results
 from .figures import Figure
 from .internals import claim_sql_for_explain, queue_database
 from .scratch import ScratchDatabase
@@ -114,6 +114,7 @@ class Benchmark:
                     for name, measure in measurements:
                         self.samples.setdefault(name, []).append(measure())
                 self._latency()
+                self._result_waits()
                 self._figures_from(self.samples)
                 self._hot_updates()
                 self.figures["worker_rss"] = Figure(
@@ -299,6 +300,13 @@ class Benchmark:
         idle = f"{self.options.processes} x {self.options.threads} idle threads"
         self.figures["latency_p50"] = Figure(f"enqueue-to-start p50 ({idle})", p50, "ms", target=("<=", 2.5))
         self.figures["latency_p99"] = Figure("enqueue-to-start p99", p99, "ms", target=("<=", 6.0), samples=latencies)
+
+    def _result_waits(self) -> None:
+        delays = results.wait_delays(self.empty, self.options.latency_samples)
+        p50, p99 = statistics.median(delays), delays[min(len(delays) - 1, round(0.99 * (len(delays) - 1)))]
+        callers = f"{len(delays)} aget_result callers in one process"
+        self.figures["result_p50"] = Figure(f"completion-to-result p50 ({callers})", p50, "ms", target=("<=", 100))
+        self.figures["result_p99"] = Figure("completion-to-result p99", p99, "ms", samples=delays)
 
     def _hot_updates(self) -> None:
         """Share of row updates that were HOT (no index touched), over the whole run."""

@@ -16,7 +16,8 @@ from collections.abc import Callable
 
 from django.utils import timezone
 
-from .. import observe
+from .. import async_context, observe
+from ..async_context import AsyncWorkflowContext
 from ..claims import FinishedRun
 from ..context import WorkflowContext
 from ..errors import (
@@ -68,10 +69,13 @@ def execute(
         if run.deadline is not None and timezone.now() >= run.deadline:
             raise DeadlineExceeded()
         definition = get_workflow(run.workflow_type)
-        ctx = WorkflowContext(
-            run, run.recorded_steps(), should_release=should_release, step_timeout=definition.step_timeout
-        )
-        result = definition.function(ctx, definition.argument(run.input_data))
+        context = AsyncWorkflowContext if definition.is_async else WorkflowContext
+        ctx = context(run, run.recorded_steps(), should_release=should_release, step_timeout=definition.step_timeout)
+        argument = definition.argument(run.input_data)
+        if definition.is_async:
+            result = async_context.run(definition.function, ctx, argument)
+        else:
+            result = definition.function(ctx, argument)
         encoded = to_json_text(result, f"The return value of workflow {run.workflow_type!r}")
         if finish_later is not None and run.parent_id is None and run.placeholder is None:
             finish_later(FinishedRun(run, encoded, started))

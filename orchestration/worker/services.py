@@ -18,6 +18,7 @@ from django.db import DatabaseError, connections
 
 from .. import recovery, sql, worker_rows
 from ..conf import conf
+from ..listen import notifications_arrive
 from ..schedules import scheduled_workflows, start_due_runs
 from .dispatch import Dispatcher
 
@@ -114,13 +115,14 @@ class Services:
         """Wake idle threads on NOTIFY; polling covers anything missed meanwhile."""
         failures = 0
         queues = self.dispatcher.queues
+        probe = f"probe:{self.worker_id}"  # real work announced meanwhile wakes every thread
         while not self._stop.is_set():
             try:
                 connection = connections[conf.DATABASE]
                 connection.ensure_connection()
                 pg = connection.connection
                 pg.execute(sql.LISTEN)
-                if not self._notifications_arrive(pg):
+                if not notifications_arrive(pg, sql.NOTIFY_CHANNEL, probe, lambda _: self.dispatcher.wake_all()):
                     logger.warning(
                         "worker %s: LISTEN receives nothing on this connection (a pooler in transaction mode, "
                         "such as PgBouncer?); polling every %ss instead",
@@ -139,22 +141,3 @@ class Services:
                 logger.warning("worker %s: LISTEN failed (%s); polling meanwhile", self.worker_id, exc)
                 reset_connection()
                 self._stop.wait(min(30.0, 0.5 * 2 ** min(failures, 6)))
-
-    def _notifications_arrive(self, pg: Any) -> bool:
-        """Notify from another connection and wait for it here. Behind a pooler
-        in transaction mode LISTEN succeeds, but on a server connection that
-        goes back to the pool at once, and nothing ever arrives. (Notifying
-        from this connection could borrow that very server connection, and
-        deliver the notification to us once, by chance.)"""
-        probe = f"probe:{self.worker_id}"
-        sender = connections.create_connection(conf.DATABASE)
-        try:
-            with sender.cursor() as cursor:
-                cursor.execute(sql.NOTIFY, [sql.NOTIFY_CHANNEL, probe])
-        finally:
-            sender.close()
-        for notice in pg.notifies(timeout=5.0):
-            if notice.payload == probe:
-                return True
-            self.dispatcher.wake_all()  # real work announced meanwhile
-        return False

@@ -12,6 +12,7 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -22,7 +23,7 @@ from django.db import connection
 
 from orchestration import start_workflow, start_workflows
 from orchestration.models import Workflow, WorkflowStatus
-from tests.support import run_burst, start_workers, worker_env
+from tests.support import ROOT, run_burst, start_workers, worker_env
 
 PGBOUNCER = shutil.which("pgbouncer") or ("/usr/sbin/pgbouncer" if Path("/usr/sbin/pgbouncer").exists() else None)
 
@@ -117,3 +118,29 @@ def test_pgbouncer__listen_delivers_nothing_so_the_worker_says_so_and_polls(pgbo
         time.sleep(0.1)
     process.terminate()
     assert process.wait(timeout=30) == 0
+
+
+def test_pgbouncer__a_caller_behind_it_gets_its_result_by_polling(pgbouncer: str, workers):
+    run = start_workflow("echo", "awaited behind pgbouncer")
+    code = f"from orchestration import wait_for_result; print('result:', wait_for_result('{run.pk}', timeout=60))"
+    with tempfile.TemporaryFile("w+") as log:
+        caller = subprocess.Popen(
+            [sys.executable, str(ROOT / "manage.py"), "shell", "-c", code],
+            cwd=ROOT,
+            env=behind(pgbouncer),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+
+        def output() -> str:
+            log.seek(0)
+            return log.read()
+
+        deadline = time.monotonic() + 30
+        while "polling every" not in output():  # the caller's listener found LISTEN deaf, and said so
+            assert caller.poll() is None and time.monotonic() < deadline, output()
+            time.sleep(0.1)
+        workers.append(start_workers("--concurrency", "1", "--poll-interval", "0.2"))
+        assert caller.wait(timeout=60) == 0, output()
+        assert "result: awaited behind pgbouncer" in output()

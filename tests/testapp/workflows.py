@@ -181,7 +181,7 @@ def acts_on_approval(ctx: Any, data: Any) -> Any:
     return ctx.step("act", fail_the_first_time, ctx, decision)
 
 
-from . import endings  # noqa: E402, F401  (the fault-injection suite's workflows)
+from . import async_workflows, endings  # noqa: E402, F401  (async workflows; the fault-injection suite's)
 
 # -- flow control (tests/acceptance/test_flow_control_processes.py) -------------------
 

@@ -1,0 +1,62 @@
+"""``async def`` workflows and steps for the tests. Every async step body
+records a StepRun through the async ORM."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from typing import Any
+
+from orchestration import workflow
+
+from .models import StepRun
+
+
+async def arecord(ctx: Any, step_number: int, label: str, sleep: float = 0) -> dict[str, Any]:
+    await StepRun.objects.acreate(workflow_id=ctx.workflow_id, step_number=step_number, label=label, pid=os.getpid())
+    if sleep:
+        await asyncio.sleep(sleep)
+    return {"step": step_number, "label": label}
+
+
+@workflow("async_three_steps")
+async def async_three_steps(ctx: Any, data: Any) -> Any:
+    sleep = (data or {}).get("sleep", 0)
+    steps = [await ctx.step(label, arecord, ctx, n, label, sleep) for n, label in enumerate(("a", "b", "c"), 1)]
+    return {"steps": [step["step"] for step in steps], "input": data}
+
+
+def fail_on_first_attempt(ctx: Any) -> dict[str, int]:
+    StepRun.objects.create(workflow_id=ctx.workflow_id, step_number=2, label="sync", pid=os.getpid())
+    if ctx.attempt == 1:
+        raise ConnectionError("flaky on the first attempt")
+    return {"attempt": ctx.attempt}
+
+
+@workflow("async_mixed", max_retries=2)
+async def async_mixed(ctx: Any, data: Any) -> Any:
+    """An async step, a sync step (failing on the first attempt), a durable sleep, an async step."""
+    first = await ctx.step("async first", arecord, ctx, 1, "async")
+    second = await ctx.step("sync second", fail_on_first_attempt, ctx)
+    await ctx.sleep("nap", (data or {}).get("nap", 0))
+    last = await ctx.step("async last", arecord, ctx, 4, "async")
+    return [first["step"], second["attempt"], last["step"]]
+
+
+@workflow("async_slow_step", max_retries=0)
+async def async_slow_step(ctx: Any, data: Any) -> Any:
+    return await ctx.step("slow", asyncio.sleep, data["seconds"], timeout=data["timeout"])
+
+
+async def wait_to_be_cancelled(ctx: Any) -> None:
+    await StepRun.objects.acreate(workflow_id=ctx.workflow_id, step_number=1, label="started", pid=os.getpid())
+    try:
+        await asyncio.sleep(60)
+    except asyncio.CancelledError:
+        await StepRun.objects.acreate(workflow_id=ctx.workflow_id, step_number=1, label="cancelled", pid=os.getpid())
+        raise
+
+
+@workflow("async_cancellable", max_retries=0)
+async def async_cancellable(ctx: Any, data: Any) -> Any:
+    return await ctx.step("wait", wait_to_be_cancelled, ctx)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import inspect
 import logging
 import time
 import uuid
@@ -23,6 +24,7 @@ from .errors import (
     EventTimeout,
     LeaseLost,
     NonDeterministicWorkflow,
+    PermanentError,
     ReleaseRequested,
     StepTimeout,
     Suspend,
@@ -152,6 +154,8 @@ class WorkflowContext:
                 result = fn(*args, **kwargs)
             else:
                 result = self._call_within(number, name, limit, fn, args, kwargs)
+            if inspect.isawaitable(result):
+                raise _awaitable_in_sync_workflow(number, name, result)
             output = to_json_value(result, f"The result of step {number} {name!r}")
         except ControlFlow:
             raise
@@ -416,3 +420,14 @@ class WorkflowContext:
             raise ReleaseRequested()
         if self._run.deadline is not None and timezone.now() >= self._run.deadline:
             raise DeadlineExceeded(f"Workflow {self._run.id} is past its deadline {self._run.deadline.isoformat()}.")
+
+
+def _awaitable_in_sync_workflow(number: int, name: str, result: Any) -> PermanentError:
+    """An ``async def`` step given to a plain workflow: retrying cannot help, and
+    "not JSON" would hide the cause."""
+    if inspect.iscoroutine(result):
+        result.close()  # never awaited: no "coroutine was never awaited" warning
+    return PermanentError(
+        f"Step {number} {name!r} returned an awaitable: an async step runs in an `async def` workflow,"
+        " as `await ctx.step(...)`"
+    )

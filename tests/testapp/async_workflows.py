@@ -60,3 +60,9 @@ async def wait_to_be_cancelled(ctx: Any) -> None:
 @workflow("async_cancellable", max_retries=0)
 async def async_cancellable(ctx: Any, data: Any) -> Any:
     return await ctx.step("wait", wait_to_be_cancelled, ctx)
+
+
+@workflow("sync_with_an_async_step", max_retries=3)
+def sync_with_an_async_step(ctx: Any, data: Any) -> Any:
+    """A plain workflow given an async step by mistake."""
+    return ctx.step("a", arecord, ctx, 1, "a")

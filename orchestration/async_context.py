@@ -1,18 +1,22 @@
 """``ctx`` of an ``async def`` workflow: ``await ctx.step(...)``, with the
 checkpoints, waits and guarantees of a sync workflow's.
 
-An async run occupies its worker thread as a sync one does: the thread runs it
-with asgiref's ``async_to_sync`` (``run``), which runs the workflow function in
-an event loop beside the thread and lends the thread itself back for every
-``sync_to_async(thread_sensitive=True)`` call. The engine's writes go through
-that: they are the sync context's own methods, on the thread's connection, so
-a step's start, checkpoint and failure are the same fenced statements as in a
-sync workflow, and the heartbeat, the sweep and crash recovery see no difference.
+An async run is run one of two ways. In a ``runworkers`` process it shares
+the process's event loop with the other async runs (``worker.loop``), and its
+engine calls run on the loop's database threads (``on_thread``), never on the
+loop. Elsewhere (``execute`` called directly, or the loop full) it occupies the
+calling thread: ``run`` runs it with asgiref's ``async_to_sync``, which lends
+the thread back for every ``sync_to_async(thread_sensitive=True)`` call. Either
+way the engine's writes are the sync context's own methods, so a step's start,
+checkpoint and failure are the same fenced statements as in a sync workflow,
+and the heartbeat, the sweep and crash recovery see no difference.
 
 An ``async def`` step body runs in the loop; its timeout, the run's deadline
 and a lost lease (a cancel, a reclaim) cancel it there, which a sync body in a
-thread never can be. A sync step body runs on the worker's thread, as in a sync
-workflow (the ORM refuses to run inside an event loop).
+thread never can be; a lost lease or the deadline also cancels the workflow
+function wherever it awaits (``watched``). A sync step body runs where the
+engine's calls run, as in a sync workflow (the ORM refuses to run inside an
+event loop).
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from asgiref.sync import async_to_sync, sync_to_async
 
 from .context import ChildHandle, WorkflowContext
 from .errors import ControlFlow, DeadlineExceeded, LeaseLost, StepTimeout
+from .lease import Lease
 from .validation import to_json_value, validate_step_timeout
 
 #: How often an async step body is checked for a lost lease while it runs (seconds).
@@ -36,14 +41,56 @@ LOST_CHECK_INTERVAL = 0.25
 CANCEL_GRACE = 5.0
 
 
+#: Turns a sync callable into a coroutine function that runs it off the loop, with a Django connection.
+OnThread = Callable[[Callable[..., Any]], Callable[..., Coroutine[Any, Any, Any]]]
+
+
 def run(function: Callable[[Any, Any], Coroutine[Any, Any, Any]], ctx: WorkflowContext, data: Any) -> Any:
     """Run an async workflow function (given an ``AsyncWorkflowContext``) to its end from the worker's thread."""
-    return async_to_sync(function)(ctx, data)
+    return async_to_sync(watched)(ctx._run, function(ctx, data))
 
 
-def _on_thread(method: Callable[..., Any]) -> Callable[..., Any]:
-    """``method`` of the sync context, run on the worker's thread (its connection)."""
+def lend_calling_thread(method: Callable[..., Any]) -> Callable[..., Coroutine[Any, Any, Any]]:
+    """``method`` run on the thread that called ``run`` (its connection)."""
     return sync_to_async(method, thread_sensitive=True)
+
+
+async def watched(run: Lease, body: Coroutine[Any, Any, Any]) -> Any:
+    """Await a workflow function's ``body``, cancelled if the lease is lost
+    (``LeaseLost``) or the run's deadline passes (``DeadlineExceeded``) while
+    it awaits anything, a step or not."""
+
+    def passed(_: str) -> BaseException:
+        return DeadlineExceeded(f"Workflow {run.id} reached its deadline.")
+
+    return await _within(run, body, _deadline(run), passed)
+
+
+def _deadline(run: Lease) -> list[tuple[float, str]]:
+    if run.deadline is None:
+        return []
+    return [(time.monotonic() + (run.deadline - datetime.datetime.now(datetime.UTC)).total_seconds(), "deadline")]
+
+
+async def _within(run: Lease, body: Any, ends: list[tuple[float, str]], expired: Callable[[str], BaseException]) -> Any:
+    """Await ``body``, cancelling it when the run's lease is lost (``LeaseLost``)
+    or at the first of ``ends`` (``expired(why)`` is raised)."""
+    task = asyncio.ensure_future(body)
+    try:
+        while True:
+            first = min(ends, default=None)
+            wait = LOST_CHECK_INTERVAL if first is None else min(LOST_CHECK_INTERVAL, first[0] - time.monotonic())
+            finished, _ = await asyncio.wait({task}, timeout=max(0.0, wait))
+            if finished:
+                return task.result()
+            if run.lost.is_set():
+                raise LeaseLost(f"Workflow {run.id} is no longer held by this worker.")
+            if first is not None and time.monotonic() >= first[0]:
+                raise expired(first[1])
+    finally:
+        if not task.done():  # let the body's own cleanup (except CancelledError, finally) run, for a while
+            task.cancel()
+            await asyncio.wait({task}, timeout=CANCEL_GRACE)
 
 
 class AsyncWorkflowContext(WorkflowContext):
@@ -51,6 +98,10 @@ class AsyncWorkflowContext(WorkflowContext):
     ``WorkflowContext`` that may wait is a coroutine here (``await ctx.step``,
     ``await ctx.sleep`` ...); the properties (``workflow_id``, ``attempt``,
     ``input`` ...) are the same."""
+
+    def __init__(self, *args: Any, on_thread: OnThread = lend_calling_thread, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._on_thread = on_thread
 
     async def step(
         self,
@@ -63,11 +114,11 @@ class AsyncWorkflowContext(WorkflowContext):
     ) -> Any:
         """Run ``fn(*args, **kwargs)`` once and checkpoint its JSON result, as
         ``WorkflowContext.step``; ``fn`` may be ``async def`` (awaited in the
-        loop) or a plain function (run on the worker's thread)."""
+        loop) or a plain function (run where the engine's calls run: off the loop)."""
         if not inspect.iscoroutinefunction(fn):
-            return await _on_thread(super().step)(name, fn, *args, timeout=timeout, **kwargs)
+            return await self._on_thread(super().step)(name, fn, *args, timeout=timeout, **kwargs)
         limit = self._step_timeout if timeout is None else validate_step_timeout(timeout, f"ctx.step({name!r}) timeout")
-        number, done, output = await _on_thread(self._begin)(name, True)
+        number, done, output = await self._on_thread(self._begin)(name, True)
         if done:
             return output
         started = time.monotonic()
@@ -77,7 +128,7 @@ class AsyncWorkflowContext(WorkflowContext):
         except ControlFlow:
             raise
         except BaseException as exc:
-            await _on_thread(self._record_step_failure)(number, name, exc, started)
+            await self._on_thread(self._record_step_failure)(number, name, exc, started)
             raise
         self._run.defer_checkpoint(number, name, output)
         self._completed(number, name, output, started)
@@ -85,50 +136,34 @@ class AsyncWorkflowContext(WorkflowContext):
 
     async def atomic_step(self, name: str, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
         """``WorkflowContext.atomic_step``: ``fn`` (a plain function) runs on the
-        worker's thread inside ``transaction.atomic()`` with its checkpoint."""
-        return await _on_thread(super().atomic_step)(name, fn, *args, **kwargs)
+        thread of the engine's calls inside ``transaction.atomic()`` with its checkpoint."""
+        return await self._on_thread(super().atomic_step)(name, fn, *args, **kwargs)
 
     async def sleep(self, name: str, duration: float | datetime.timedelta) -> None:  # type: ignore[override]
         """``WorkflowContext.sleep``: a durable timer; the run is released while it waits."""
-        await _on_thread(super().sleep)(name, duration)
+        await self._on_thread(super().sleep)(name, duration)
 
     async def wait_for_event(self, name: str, timeout: float | datetime.timedelta | None = None) -> Any:
         """``WorkflowContext.wait_for_event``."""
-        return await _on_thread(super().wait_for_event)(name, timeout)
+        return await self._on_thread(super().wait_for_event)(name, timeout)
 
     async def start_child(self, workflow_type: str, input_data: Any = None, **options: Any) -> ChildHandle:  # type: ignore[override]
         """``WorkflowContext.start_child``."""
-        return await _on_thread(super().start_child)(workflow_type, input_data, **options)
+        return await self._on_thread(super().start_child)(workflow_type, input_data, **options)
 
     async def wait_for(self, handles: Sequence[ChildHandle]) -> list[Any]:  # type: ignore[override]
         """``WorkflowContext.wait_for``."""
-        return await _on_thread(super().wait_for)(handles)
+        return await self._on_thread(super().wait_for)(handles)
 
     async def _within(self, number: int, name: str, limit: float | None, body: Any) -> Any:
         """Await ``body``, cancelling it at the step's ``limit`` (``StepTimeout``),
         the run's deadline (``DeadlineExceeded``) or a lost lease (``LeaseLost``)."""
         run = self._run
-        now = time.monotonic()
-        ends = [(now + limit, "timeout")] if limit is not None else []
-        if run.deadline is not None:
-            ends.append((now + (run.deadline - datetime.datetime.now(datetime.UTC)).total_seconds(), "deadline"))
-        task = asyncio.ensure_future(body)
-        try:
-            while True:
-                first = min(ends, default=None)
-                wait = LOST_CHECK_INTERVAL if first is None else min(LOST_CHECK_INTERVAL, first[0] - time.monotonic())
-                finished, _ = await asyncio.wait({task}, timeout=max(0.0, wait))
-                if finished:
-                    return task.result()
-                if run.lost.is_set():
-                    raise LeaseLost(f"Workflow {run.id} is no longer held by this worker.")
-                if first is not None and time.monotonic() >= first[0]:
-                    if first[1] == "deadline":
-                        raise DeadlineExceeded(f'Workflow {run.id} reached its deadline during step {number} "{name}".')
-                    raise StepTimeout(
-                        f'step "{name}" did not return within its timeout of {limit:g}s; it was cancelled'
-                    )
-        finally:
-            if not task.done():  # let the body's own cleanup (except CancelledError, finally) run, for a while
-                task.cancel()
-                await asyncio.wait({task}, timeout=CANCEL_GRACE)
+        ends = [(time.monotonic() + limit, "timeout")] if limit is not None else []
+
+        def expired(why: str) -> BaseException:
+            if why == "deadline":
+                return DeadlineExceeded(f'Workflow {run.id} reached its deadline during step {number} "{name}".')
+            return StepTimeout(f'step "{name}" did not return within its timeout of {limit:g}s; it was cancelled')
+
+        return await _within(run, body, ends + _deadline(run), expired)

@@ -20,6 +20,9 @@ DEFAULTS: dict[str, Any] = {
     "SHUTDOWN_GRACE": 30,
     "DATABASE": "default",
     "CONCURRENCY": 4,
+    # Async runs a process holds at once in its shared event loop, apart from
+    # its threads (see worker.loop); 0: each async run holds a thread.
+    "ASYNC_CONCURRENCY": 100,
     # Runs a process keeps claimed ahead of its threads while its runs are
     # short (see worker.dispatch); None: one a thread; 0: never.
     "CLAIM_AHEAD": None,

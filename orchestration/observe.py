@@ -19,9 +19,10 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, Protocol, TypeVar, cast
 
 from . import tracing
@@ -121,7 +122,22 @@ def instruments() -> Instruments | None:
 
 def attempt(execute: F) -> F:
     """Report each call of ``execute(run, ...)``, which returns an ``Outcome``
-    and never raises for anything the workflow does."""
+    and never raises for anything the workflow does. An ``async def`` one
+    (``execute_async``) is given ``on_thread``, on which the run's stored
+    trace context is read: the loop must not query."""
+    if inspect.iscoroutinefunction(execute):
+
+        @functools.wraps(execute)
+        async def observed_async(run: Any, *args: Any, on_thread: Any, **kwargs: Any) -> Any:
+            tracer = tracing.tracer()
+            counting = instruments()
+            if tracer is None and counting is None:
+                return await execute(run, *args, on_thread=on_thread, **kwargs)
+            carrier = await on_thread(tracing.stored_context)(run.id) if tracer is not None else None
+            with _attempt_observed(tracer, counting, run, carrier) as ended:
+                return ended(await execute(run, *args, on_thread=on_thread, **kwargs))
+
+        return cast(F, observed_async)
 
     @functools.wraps(execute)
     def observed(run: Any, *args: Any, **kwargs: Any) -> Any:
@@ -129,20 +145,35 @@ def attempt(execute: F) -> F:
         counting = instruments()
         if tracer is None and counting is None:
             return execute(run, *args, **kwargs)
-        started = time.monotonic()
-        if counting is not None:
-            counting.attempt_started(run.queue, run.workflow_type)
-        if tracer is None:
-            outcome = execute(run, *args, **kwargs)
-        else:
-            with tracing.attempt_span(tracer, run) as span:
-                outcome = execute(run, *args, **kwargs)
-                tracing.end(span, COUNTED.get(str(outcome), str(outcome)), failed=outcome in ("failed", "retrying"))
-        if counting is not None:
-            counting.attempt_ended(run.queue, run.workflow_type, str(outcome), time.monotonic() - started)
-        return outcome
+        carrier = tracing.stored_context(run.id) if tracer is not None else None
+        with _attempt_observed(tracer, counting, run, carrier) as ended:
+            return ended(execute(run, *args, **kwargs))
 
     return cast(F, observed)
+
+
+@contextlib.contextmanager
+def _attempt_observed(tracer: Any, counting: Instruments | None, run: Any, carrier: Any) -> Iterator[Any]:
+    """Count an attempt and make its span current around it; yields
+    ``ended(outcome)``, to be called with the attempt's outcome (returned back)."""
+    started = time.monotonic()
+    outcomes: list[Any] = []
+
+    def ended(outcome: Any) -> Any:
+        outcomes.append(outcome)
+        return outcome
+
+    if counting is not None:
+        counting.attempt_started(run.queue, run.workflow_type)
+    if tracer is None:
+        yield ended
+    else:
+        with tracing.attempt_span(tracer, run, carrier) as span:
+            yield ended
+            outcome = outcomes[0]
+            tracing.end(span, COUNTED.get(str(outcome), str(outcome)), failed=outcome in ("failed", "retrying"))
+    if counting is not None:
+        counting.attempt_ended(run.queue, run.workflow_type, str(outcomes[0]), time.monotonic() - started)
 
 
 def step(method: F) -> F:

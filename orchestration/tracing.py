@@ -82,7 +82,7 @@ def caller_context() -> dict[str, str] | None:
     return carrier or None
 
 
-def _stored_context(workflow_id: Any) -> dict[str, str] | None:
+def stored_context(workflow_id: Any) -> dict[str, str] | None:
     """The trace context stored with the run; None if there is none (or it cannot be read now)."""
     try:
         rows = Workflow.objects.using(conf.DATABASE).filter(pk=workflow_id).values_list("trace_context", flat=True)
@@ -93,11 +93,11 @@ def _stored_context(workflow_id: Any) -> dict[str, str] | None:
 
 
 @contextlib.contextmanager
-def attempt_span(tracer: Any, run: Any) -> Iterator[Any]:
+def attempt_span(tracer: Any, run: Any, carrier: dict[str, str] | None) -> Iterator[Any]:
     """The span of one attempt of ``run`` (a ``lease.Lease``), current while
-    it runs, child of the span that started the run if one did."""
+    it runs, child of the span that started the run if one did (``carrier``:
+    its ``stored_context``)."""
     trace, propagate = _otel()
-    carrier = _stored_context(run.id)
     parent = propagate.extract(carrier) if carrier else None
     attributes = {
         "orchestration.workflow.id": str(run.id),

@@ -141,15 +141,18 @@ class Dispatcher:
         with self._handoff:
             self._finished.append(item)
 
-    def note_run(self, outcome: Outcome, seconds: float) -> None:
+    def note_run(self, outcome: Outcome, seconds: float, average: bool = True) -> None:
         """Count an attempt's outcome and fold its duration into the moving
         average ``claim_ahead_now`` reads (a fifth of the way to each new one:
         one long run turns claiming ahead off at once, and it stays off until a
-        couple of dozen short ones)."""
+        couple of dozen short ones). Not with ``average=False``: a run of the
+        shared loop, which held no thread."""
         if outcome == Outcome.COMPLETED:
             self.completed += 1
         elif outcome in (Outcome.FAILED, Outcome.RETRYING):
             self.failed += 1
+        if not average:
+            return
         recent = self._recent_run_seconds
         self._recent_run_seconds = seconds if recent is None else recent + 0.2 * (seconds - recent)
 

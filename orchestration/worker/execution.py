@@ -7,12 +7,14 @@ lease, and a lease found lost ends it with nothing more written.
 
 from __future__ import annotations
 
+import asyncio
 import enum
 import json
 import logging
 import time
 import traceback
 from collections.abc import Callable
+from typing import Any, cast
 
 from django.utils import timezone
 
@@ -29,7 +31,7 @@ from ..errors import (
     Suspend,
 )
 from ..lease import Lease
-from ..registry import get_workflow
+from ..registry import WorkflowDefinition, get_workflow
 from ..validation import to_json_text
 
 logger = logging.getLogger(__name__)
@@ -66,35 +68,76 @@ def execute(
     started = time.monotonic()
     ctx: WorkflowContext | None = None
     try:
-        if run.deadline is not None and timezone.now() >= run.deadline:
-            raise DeadlineExceeded()
-        definition = get_workflow(run.workflow_type)
-        context = AsyncWorkflowContext if definition.is_async else WorkflowContext
-        ctx = context(run, run.recorded_steps(), should_release=should_release, step_timeout=definition.step_timeout)
-        argument = definition.argument(run.input_data)
+        definition, ctx, argument = _prepare(run, should_release)
         if definition.is_async:
             result = async_context.run(definition.function, ctx, argument)
         else:
             result = definition.function(ctx, argument)
-        encoded = to_json_text(result, f"The return value of workflow {run.workflow_type!r}")
-        if finish_later is not None and run.parent_id is None and run.placeholder is None:
-            finish_later(FinishedRun(run, encoded, started))
-            return Outcome.FINISHING
-        run.complete(json.loads(encoded))  # as jsonb will read it back
-    except LeaseLost as exc:  # RunCancelled too
-        logger.warning("workflow %s (%s) stopped: %s", run.id, run.workflow_type, exc)
-        return Outcome.ABANDONED
-    except ReleaseRequested:
-        return _settle(run, run.release, Outcome.RELEASED, "released to pending for shutdown")
-    except Suspend as suspended:
-        until, wait, ready = suspended.until, suspended.wait, suspended.ready
-        return _settle(run, lambda: run.suspend(until, wait, ready), Outcome.WAITING, f"waiting for {wait.text}")
-    except DeadlineExceeded:
-        return _settle(run, run.cancel_past_deadline, Outcome.CANCELLED, "cancelled: deadline")
-    except BaseException as exc:  # the engine's own (ControlFlow) are all caught above
-        return record_failure(run, ctx, exc, time.monotonic() - started)
+        return _returned(run, result, started, finish_later)
+    except BaseException as exc:
+        return _ended(run, ctx, exc, started)
+
+
+@observe.attempt
+async def execute_async(
+    run: Lease, *, on_thread: async_context.OnThread, should_release: Callable[[], bool] = lambda: False
+) -> Outcome:
+    """``execute`` for an async workflow, in a running event loop that it
+    shares: every engine call (and sync step body) runs through ``on_thread``,
+    off the loop. The run is completed at once, not with a later claim."""
+    started = time.monotonic()
+    ctx: WorkflowContext | None = None
+    try:
+        definition, ctx, argument = await on_thread(_prepare)(run, should_release, on_thread)
+        result = await async_context.watched(run, definition.function(ctx, argument))
+        return cast(Outcome, await on_thread(_returned)(run, result, started, None))
+    except asyncio.CancelledError:
+        raise  # the loop is closing: the run is released, or reclaimed, as the process's other runs
+    except BaseException as exc:
+        return cast(Outcome, await on_thread(_ended)(run, ctx, exc, started))
+
+
+def _prepare(
+    run: Lease, should_release: Callable[[], bool], on_thread: async_context.OnThread | None = None
+) -> tuple[WorkflowDefinition, WorkflowContext, Any]:
+    """The run's definition, its ``ctx`` (async ones given ``on_thread``) and its argument."""
+    if run.deadline is not None and timezone.now() >= run.deadline:
+        raise DeadlineExceeded()
+    definition = get_workflow(run.workflow_type)
+    options: dict[str, Any] = {"should_release": should_release, "step_timeout": definition.step_timeout}
+    context: type[WorkflowContext] = WorkflowContext
+    if definition.is_async:
+        context = AsyncWorkflowContext
+        if on_thread is not None:
+            options["on_thread"] = on_thread
+    ctx = context(run, run.recorded_steps(), **options)
+    return definition, ctx, definition.argument(run.input_data)
+
+
+def _returned(run: Lease, result: Any, started: float, finish_later: Callable[[FinishedRun], None] | None) -> Outcome:
+    """Complete a run whose function returned ``result`` (or hand it to ``finish_later``)."""
+    encoded = to_json_text(result, f"The return value of workflow {run.workflow_type!r}")
+    if finish_later is not None and run.parent_id is None and run.placeholder is None:
+        finish_later(FinishedRun(run, encoded, started))
+        return Outcome.FINISHING
+    run.complete(json.loads(encoded))  # as jsonb will read it back
     log_completed(run, started)
     return Outcome.COMPLETED
+
+
+def _ended(run: Lease, ctx: WorkflowContext | None, exc: BaseException, started: float) -> Outcome:
+    """Write the outcome of an attempt that raised ``exc``, as it says."""
+    if isinstance(exc, LeaseLost):  # RunCancelled too
+        logger.warning("workflow %s (%s) stopped: %s", run.id, run.workflow_type, exc)
+        return Outcome.ABANDONED
+    if isinstance(exc, ReleaseRequested):
+        return _settle(run, run.release, Outcome.RELEASED, "released to pending for shutdown")
+    if isinstance(exc, Suspend):
+        until, wait, ready = exc.until, exc.wait, exc.ready
+        return _settle(run, lambda: run.suspend(until, wait, ready), Outcome.WAITING, f"waiting for {wait.text}")
+    if isinstance(exc, DeadlineExceeded):
+        return _settle(run, run.cancel_past_deadline, Outcome.CANCELLED, "cancelled: deadline")
+    return record_failure(run, ctx, exc, time.monotonic() - started)  # the engine's own (ControlFlow) are above
 
 
 def log_completed(run: Lease, started: float) -> None:

@@ -27,6 +27,7 @@ from ..errors import CONNECTION_ERRORS
 from ..lease import Lease, OutagePolicy
 from .dispatch import CLAIM_AHEAD_TIMEOUT, Dispatcher
 from .execution import Outcome, execute
+from .loop import DATABASE_THREADS, SharedLoop
 from .services import Services, reset_connection
 
 logger = logging.getLogger(__name__)
@@ -51,8 +52,12 @@ class Worker:
         shutdown_grace: float | None = None,
         listen: bool = True,
         claim_ahead: int | None = None,
+        async_concurrency: int | None = None,
     ) -> None:
         self.concurrency = concurrency or conf.CONCURRENCY
+        #: Async runs held in the process's shared event loop (0: each runs on a thread, as a sync run).
+        self.async_concurrency = conf.ASYNC_CONCURRENCY if async_concurrency is None else async_concurrency
+        self.shared_loop: SharedLoop | None = None
         claim_ahead = conf.CLAIM_AHEAD if claim_ahead is None else claim_ahead
         self.queues = queues or None
         self.burst = burst
@@ -95,15 +100,25 @@ class Worker:
         self._sync_queue_settings()
         previous_handlers = self._install_signal_handlers() if in_main_thread else {}
         logger.info(
-            "worker %s starting: %d threads, queues %s%s",
+            "worker %s starting: %d threads, %d async runs, queues %s%s",
             self.worker_id,
             self.concurrency,
+            self.async_concurrency,
             ",".join(self.queues) if self.queues else "all",
             ", burst" if self.burst else "",
         )
         services = Services(self.dispatcher, listen=self.listen, schedule=not self.burst, on_death=self._thread_died)
         worker_rows.register(self.worker_id, queues=self.queues, concurrency=self.concurrency)
         services.start()
+        if self.async_concurrency:
+            self.shared_loop = SharedLoop(
+                self.async_concurrency,
+                self.dispatcher,
+                should_release=self.stopping.is_set,
+                outage=self._outage,
+                on_death=self._thread_died,
+            )
+            self.shared_loop.start()
         threads = [
             threading.Thread(target=self._worker_thread, name=f"orchestration-worker-{n}", daemon=True)
             for n in range(1, self.concurrency + 1)
@@ -114,6 +129,8 @@ class Worker:
             self._wait_for(threads)
         finally:
             self.dispatcher.wake_all()
+            if self.shared_loop is not None:
+                self.shared_loop.close()
             services.stop()
             worker_rows.remove(self.worker_id)
             for signum, handler in previous_handlers.items():
@@ -130,7 +147,8 @@ class Worker:
     def _check_pool(self) -> None:
         """Each thread keeps its connection: a smaller Django pool starves threads."""
         pool = getattr(connections[conf.DATABASE], "pool", None)
-        needed = self.concurrency + 4  # the heartbeat, the sweeper, the listener, the scheduler
+        # the heartbeat, the sweeper, the listener, the scheduler; the shared loop's database threads
+        needed = self.concurrency + 4 + (DATABASE_THREADS if self.async_concurrency else 0)
         if pool is not None and pool.max_size < needed:
             logger.warning(
                 "worker %s: the connection pool of database %r holds %d connections, but %d threads and the "
@@ -188,8 +206,13 @@ class Worker:
             self.stop_now.set()
 
     def _wait_for(self, threads: list[threading.Thread]) -> None:
+        """Wait for the worker threads, then for the shared loop's runs; release
+        what is held when the grace period after a signal ends."""
         deadline: float | None = None
-        while any(thread.is_alive() for thread in threads):
+        loop = self.shared_loop
+        while any(thread.is_alive() for thread in threads) or (loop is not None and loop.thread.is_alive()):
+            if loop is not None and not any(thread.is_alive() for thread in threads):
+                loop.close_when_idle()  # no thread hands it more runs
             if self.stopping.is_set() and deadline is None:
                 deadline = time.monotonic() + self.shutdown_grace
             if deadline is not None and time.monotonic() >= deadline:
@@ -200,6 +223,8 @@ class Worker:
             self.dispatcher.release_waiting(older_than=CLAIM_AHEAD_TIMEOUT)
             for thread in threads:
                 thread.join(timeout=0.05)
+            if loop is not None and not any(thread.is_alive() for thread in threads):
+                loop.thread.join(timeout=0.05)
 
     def _release_all_held(self) -> None:
         for run in self.dispatcher.held.snapshot():
@@ -251,6 +276,8 @@ class Worker:
             connections.close_all()
 
     def _execute_held(self, run: Lease) -> None:
+        if self.shared_loop is not None and self.shared_loop.take(run):
+            return  # the loop runs it; this thread claims the next
         dispatcher = self.dispatcher
         dispatcher.held.add(run)
         run.outage = self._outage

@@ -22,6 +22,13 @@ class Command(BaseCommand):
         parser.add_argument(
             "--concurrency", action=Bounded, minimum=1, default=None, help="worker threads (default: CONCURRENCY, 4)"
         )
+        parser.add_argument(
+            "--async-concurrency",
+            action=Bounded,
+            default=None,
+            help="async runs held at once in the process's shared event loop, apart from the threads; 0: each "
+            "async run holds a thread (default: ASYNC_CONCURRENCY, 100)",
+        )
         parser.add_argument("--queues", default=None, help="comma-separated queues to serve (default: all)")
         parser.add_argument("--burst", action="store_true", help="exit once nothing is due and nothing is held")
         parser.add_argument("--poll-interval", **POSITIVE_SECONDS, default=None, help="seconds between polls when idle")
@@ -71,6 +78,7 @@ class Command(BaseCommand):
             poll_interval=options["poll_interval"],
             listen=not options["no_listen"],
             claim_ahead=options["claim_ahead"],
+            async_concurrency=options["async_concurrency"],
         )
         status = worker.run()
         if status:  # a thread died: a supervisor restarts the process

@@ -66,6 +66,12 @@ async def watched(run: Lease, body: Coroutine[Any, Any, Any]) -> Any:
     return await _within(run, body, _deadline(run), passed)
 
 
+def _cancelled(exc: BaseException) -> bool:
+    """Whether ``exc`` is the cancellation of the current task, not one a step body raised of its own."""
+    task = asyncio.current_task()
+    return isinstance(exc, asyncio.CancelledError) and task is not None and task.cancelling() > 0
+
+
 def _deadline(run: Lease) -> list[tuple[float, str]]:
     if run.deadline is None:
         return []
@@ -91,6 +97,8 @@ async def _within(run: Lease, body: Any, ends: list[tuple[float, str]], expired:
         if not task.done():  # let the body's own cleanup (except CancelledError, finally) run, for a while
             task.cancel()
             await asyncio.wait({task}, timeout=CANCEL_GRACE)
+        if task.done() and not task.cancelled():
+            task.exception()  # retrieved: the outcome is the one raised here, not the body's
 
 
 class AsyncWorkflowContext(WorkflowContext):
@@ -128,6 +136,8 @@ class AsyncWorkflowContext(WorkflowContext):
         except ControlFlow:
             raise
         except BaseException as exc:
+            if _cancelled(exc):  # the run itself was cancelled (its process is closing): nothing more is written
+                raise
             await self._on_thread(self._record_step_failure)(number, name, exc, started)
             raise
         self._run.defer_checkpoint(number, name, output)

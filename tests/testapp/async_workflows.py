@@ -66,3 +66,11 @@ async def async_cancellable(ctx: Any, data: Any) -> Any:
 def sync_with_an_async_step(ctx: Any, data: Any) -> Any:
     """A plain workflow given an async step by mistake."""
     return ctx.step("a", arecord, ctx, 1, "a")
+
+
+@workflow("async_two_naps", max_retries=1)
+async def async_two_naps(ctx: Any, data: Any) -> Any:
+    """Two async steps that await ``asyncio.sleep``: ``first`` and then ``second`` seconds."""
+    await ctx.step("first", arecord, ctx, 1, "first", data["first"])
+    await ctx.step("second", arecord, ctx, 2, "second", data["second"])
+    return data

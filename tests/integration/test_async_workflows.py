@@ -55,3 +55,12 @@ def test_async_step_in_a_plain_workflow__fails_the_run_at_once_saying_to_make_th
     assert run.attempts == 1
     assert "Step 1 'a' returned an awaitable: an async step runs in an `async def` workflow" in run.error_message
     assert not StepRun.objects.filter(workflow_id=run.pk).exists()
+
+
+def test_async_workflow__awaiting_outside_any_step_past_its_deadline_is_cancelled_there():
+    run = start_workflow("async_nap_outside_steps", {"seconds": 30}, timeout=0.3)
+    started = time.monotonic()
+    assert drain() == [Outcome.CANCELLED]
+    assert time.monotonic() - started < 5  # not after its 30 s nap
+    assert Workflow.objects.get(pk=run.pk).status == "cancelled"
+    assert not StepRun.objects.filter(workflow_id=run.pk).exists()

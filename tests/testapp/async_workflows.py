@@ -74,3 +74,10 @@ async def async_two_naps(ctx: Any, data: Any) -> Any:
     await ctx.step("first", arecord, ctx, 1, "first", data["first"])
     await ctx.step("second", arecord, ctx, 2, "second", data["second"])
     return data
+
+
+@workflow("async_nap_outside_steps", max_retries=0)
+async def async_nap_outside_steps(ctx: Any, data: Any) -> Any:
+    """Awaits in the workflow function itself, in no step."""
+    await asyncio.sleep(data["seconds"])
+    return await ctx.step("after", arecord, ctx, 1, "after")

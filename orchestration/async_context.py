@@ -22,6 +22,7 @@ event loop).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import datetime
 import inspect
 import time
@@ -66,6 +67,21 @@ async def watched(run: Lease, body: Coroutine[Any, Any, Any]) -> Any:
     return await _within(run, body, _deadline(run), passed)
 
 
+@dataclasses.dataclass(frozen=True)
+class _Escaped:
+    exception: BaseException
+
+
+async def _contained(body: Any) -> Any:
+    """``await body``, with a ``SystemExit`` or ``KeyboardInterrupt`` it raises
+    returned in a box: raised by a task, either stops the whole event loop
+    (every run in it), not just this attempt."""
+    try:
+        return await body
+    except (SystemExit, KeyboardInterrupt) as exc:
+        return _Escaped(exc)
+
+
 def _cancelled(exc: BaseException) -> bool:
     """Whether ``exc`` is the cancellation of the current task, not one a step body raised of its own."""
     task = asyncio.current_task()
@@ -81,14 +97,17 @@ def _deadline(run: Lease) -> list[tuple[float, str]]:
 async def _within(run: Lease, body: Any, ends: list[tuple[float, str]], expired: Callable[[str], BaseException]) -> Any:
     """Await ``body``, cancelling it when the run's lease is lost (``LeaseLost``)
     or at the first of ``ends`` (``expired(why)`` is raised)."""
-    task = asyncio.ensure_future(body)
+    task = asyncio.ensure_future(_contained(body))
     try:
         while True:
             first = min(ends, default=None)
             wait = LOST_CHECK_INTERVAL if first is None else min(LOST_CHECK_INTERVAL, first[0] - time.monotonic())
             finished, _ = await asyncio.wait({task}, timeout=max(0.0, wait))
             if finished:
-                return task.result()
+                result = task.result()
+                if isinstance(result, _Escaped):
+                    raise result.exception
+                return result
             if run.lost.is_set():
                 raise LeaseLost(f"Workflow {run.id} is no longer held by this worker.")
             if first is not None and time.monotonic() >= first[0]:

@@ -90,6 +90,11 @@ def get_workflow(name: str) -> WorkflowDefinition:
         ) from None
 
 
+def async_workflow_types() -> frozenset[str]:
+    """The names of the registered ``async def`` workflows."""
+    return frozenset(name for name, definition in _registry.items() if definition.is_async)
+
+
 def add_queue_source(source: Callable[[], Iterable[str]]) -> None:
     """Let something besides ``@workflow`` put work on queues (the Tasks backend
     adds its ``TASKS[...]["QUEUES"]``); ``source`` is called on each lookup."""

@@ -34,7 +34,7 @@ from django.db import connections
 
 from ..async_context import CANCEL_GRACE
 from ..lease import Lease, OutagePolicy
-from ..registry import get_workflow
+from ..registry import async_workflow_types
 from .dispatch import Dispatcher
 from .execution import Outcome, execute_async
 
@@ -114,6 +114,8 @@ class SharedLoop:
         self._should_release = should_release
         self._outage = outage
         self._on_death = on_death
+        #: Read once: a sync run pays one set look-up here.
+        self._async_types = async_workflow_types()
         self._loop = asyncio.new_event_loop()
         self._database = DatabaseThreads(DATABASE_THREADS, "orchestration-async-db")
         self._lock = threading.Lock()
@@ -136,10 +138,7 @@ class SharedLoop:
     def take(self, run: Lease) -> bool:
         """Start ``run`` in the loop, if it is an async workflow and the loop
         has room; False: the calling thread runs it."""
-        try:
-            if not get_workflow(run.workflow_type).is_async:
-                return False
-        except Exception:  # an unknown type: the thread's attempt fails it, saying so
+        if run.workflow_type not in self._async_types:
             return False
         with self._lock:
             if self._running >= self.capacity or self._closing.is_set():

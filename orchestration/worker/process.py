@@ -25,6 +25,7 @@ from .. import flow, worker_rows
 from ..conf import conf
 from ..errors import CONNECTION_ERRORS
 from ..lease import Lease, OutagePolicy
+from ..registry import async_workflow_types
 from .dispatch import CLAIM_AHEAD_TIMEOUT, Dispatcher
 from .execution import Outcome, execute
 from .loop import DATABASE_THREADS, SharedLoop
@@ -110,7 +111,7 @@ class Worker:
         services = Services(self.dispatcher, listen=self.listen, schedule=not self.burst, on_death=self._thread_died)
         worker_rows.register(self.worker_id, queues=self.queues, concurrency=self.concurrency)
         services.start()
-        if self.async_concurrency:
+        if self.async_concurrency and async_workflow_types():
             self.shared_loop = SharedLoop(
                 self.async_concurrency,
                 self.dispatcher,

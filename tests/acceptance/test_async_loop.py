@@ -8,7 +8,7 @@ import signal
 
 import pytest
 
-from orchestration import start_workflows
+from orchestration import start_workflow, start_workflows
 from orchestration.models import Workflow, WorkflowStep
 from tests.acceptance.test_runworkers import wait_for
 from tests.support import run_burst, start_workers, worker_env
@@ -80,9 +80,12 @@ def test_async_runs__still_in_a_step_when_the_grace_period_ends_are_released_at_
     assert {(run.status, run.attempts) for run in finished} == {("pending", 0)}, log
 
 
-def test_async_runs__beyond_the_loops_room_run_on_the_threads():
+def test_async_runs__beyond_the_loops_room_run_on_the_threads_and_one_raising_system_exit_fails_alone():
+    exits = start_workflow("async_exits")  # claimed first: into the empty loop
     runs = start_workflows("async_two_naps", [{"first": 0.5, "second": 0} for _ in range(8)])
     result = run_burst("--concurrency", "1", "--async-concurrency", "2")
     assert result.returncode == 0, result.stdout + result.stderr
     assert Workflow.objects.filter(pk__in=[run.pk for run in runs], status="completed").count() == 8
     assert 2 <= most_at_once(1) <= 3  # two in the loop, one on the thread
+    exits.refresh_from_db()
+    assert exits.status == "failed" and "SystemExit: a step that calls sys.exit" in exits.error_message

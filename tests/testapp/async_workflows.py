@@ -81,3 +81,12 @@ async def async_nap_outside_steps(ctx: Any, data: Any) -> Any:
     """Awaits in the workflow function itself, in no step."""
     await asyncio.sleep(data["seconds"])
     return await ctx.step("after", arecord, ctx, 1, "after")
+
+
+async def exit_the_process() -> None:
+    raise SystemExit("a step that calls sys.exit")
+
+
+@workflow("async_exits", max_retries=0)
+async def async_exits(ctx: Any, data: Any) -> Any:
+    return await ctx.step("exit", exit_the_process)

@@ -108,9 +108,7 @@ class Worker:
             ",".join(self.queues) if self.queues else "all",
             ", burst" if self.burst else "",
         )
-        services = Services(self.dispatcher, listen=self.listen, schedule=not self.burst, on_death=self._thread_died)
-        worker_rows.register(self.worker_id, queues=self.queues, concurrency=self.concurrency)
-        services.start()
+        # Ready before the process's row says it runs (its claims follow the row at once).
         if self.async_concurrency and async_workflow_types():
             self.shared_loop = SharedLoop(
                 self.async_concurrency,
@@ -120,6 +118,9 @@ class Worker:
                 on_death=self._thread_died,
             )
             self.shared_loop.start()
+        services = Services(self.dispatcher, listen=self.listen, schedule=not self.burst, on_death=self._thread_died)
+        worker_rows.register(self.worker_id, queues=self.queues, concurrency=self.concurrency)
+        services.start()
         threads = [
             threading.Thread(target=self._worker_thread, name=f"orchestration-worker-{n}", daemon=True)
             for n in range(1, self.concurrency + 1)

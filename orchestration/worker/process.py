@@ -150,7 +150,7 @@ class Worker:
         """Each thread keeps its connection: a smaller Django pool starves threads."""
         pool = getattr(connections[conf.DATABASE], "pool", None)
         # the heartbeat, the sweeper, the listener, the scheduler; the shared loop's database threads
-        needed = self.concurrency + 4 + (DATABASE_THREADS if self.async_concurrency else 0)
+        needed = self.concurrency + 4 + (DATABASE_THREADS if self.async_concurrency and async_workflow_types() else 0)
         if pool is not None and pool.max_size < needed:
             logger.warning(
                 "worker %s: the connection pool of database %r holds %d connections, but %d threads and the "

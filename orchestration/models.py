@@ -15,6 +15,10 @@ from django.db import models
 from django.db.models import Q
 from django.db.models.functions import Now
 
+#: Hex digits of an id the console shows and finds it by: the end of a UUIDv7,
+#: which is random, where its start is a clock shared by runs started together.
+ID_TAIL = 12
+
 
 class WorkflowStatus(models.TextChoices):
     PENDING = "pending"
@@ -97,6 +101,12 @@ class Workflow(models.Model):
     # Claimed through idx_workflows_queue_claim and idx_workflows_key_claim, made by
     # migration 0006 in SQL (they order by an expression the ORM cannot say).
     concurrency_key = models.CharField(max_length=255, null=True, blank=True)
+    # The errors of its attempts, newest first, at most ``transitions.ERROR_HISTORY_LIMIT``:
+    # ``error_message`` keeps only the latest, and a success clears it.
+    # The console searches error messages through idx_workflows_error_trgm, and
+    # the ends of ids through idx_workflows_id_tail (``listing.search_q``), both
+    # made by migration 0009 in SQL.
+    error_history = models.JSONField(null=True, blank=True)
 
     class Meta:
         db_table = "workflows"

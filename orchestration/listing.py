@@ -7,8 +7,11 @@ index of ``workflows`` however many finished rows the table keeps.
 - why pending: the pending rows (``waits.pending_q``);
 - created since: ``idx_workflows_created``; parent: ``idx_workflows_parent``;
 - held by a worker: the running rows (``idx_workflows_running``);
-- search: the primary key (an id or its first characters), the type index, the
-  idempotency key's unique index.
+- search: the primary key (an id or its first characters), the end of an id
+  (``idx_workflows_id_tail``), the type index (an exact type, or the types
+  whose names contain the term, read from the registry and a loose index scan),
+  the idempotency key's unique index, and the error message
+  (``idx_workflows_error_trgm``, pg_trgm: three characters or more).
 
 Every list is newest first, which each of those indexes gives in order.
 """
@@ -20,16 +23,33 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from django.db.models import Count, Q, QuerySet
+from django.db.models import Count, Q, QuerySet, TextField
+from django.db.models.functions import Cast, Reverse, Right
+from django.db.models.lookups import StartsWith
 from django.utils import timezone
 
-from . import worker_rows
+from . import stats, worker_rows
 from .conf import conf
 from .models import Workflow, WorkflowStatus, WorkflowWorker
+from .registry import registered_workflows
 from .waits import PendingReason, WaitKind, pending_q, pending_reason
 
 #: The values of "why pending": ``waits.PendingReason`` and ``waits.WaitKind``.
 PENDING_REASONS: dict[str, PendingReason | WaitKind] = {reason.value: reason for reason in (*PendingReason, *WaitKind)}
+
+
+#: Hex digits at the end of an id that ``idx_workflows_id_tail`` holds: the end of
+#: a UUIDv7 is random, where its start is a clock shared by runs started together.
+ID_TAIL = 12
+#: Hex digits of the end of an id the console shows for it.
+SHORT_ID = 8
+#: The shortest term searched for in error messages: pg_trgm indexes trigrams.
+ERROR_SEARCH_MIN = 3
+
+
+def short_id(workflow_id: Any) -> str:
+    """The end of an id, as the console shows it (and finds it by)."""
+    return str(workflow_id)[-SHORT_ID:]
 
 
 class InvalidFilter(ValueError):
@@ -46,12 +66,19 @@ def uuid_prefix_range(term: str) -> tuple[uuid.UUID, uuid.UUID] | None:
 
 
 def search_q(term: str) -> Q:
-    """An exact type, an idempotency key, or an id (or its first characters)."""
+    """An id (or its first or last characters), a type (or part of its name), an
+    idempotency key, or a part of an error message; each read through an index."""
     term = term.strip()
-    condition = Q(workflow_type=term) | Q(idempotency_key=term)
+    needle = term.lower()
+    types = {term} | {name for name in {*stats.workflow_types(), *registered_workflows()} if needle in name.lower()}
+    condition = Q(workflow_type__in=sorted(types)) | Q(idempotency_key=term)
     ids = uuid_prefix_range(term)
     if ids is not None:
         condition |= Q(pk__gte=ids[0], pk__lte=ids[1])
+        if len(needle) <= ID_TAIL and "-" not in needle:
+            condition |= Q(StartsWith(Reverse(Right(Cast("id", TextField()), ID_TAIL)), needle[::-1]))
+    if len(term) >= ERROR_SEARCH_MIN:
+        condition |= Q(error_message__icontains=term)
     return condition
 
 

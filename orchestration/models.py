@@ -15,10 +15,6 @@ from django.db import models
 from django.db.models import Q
 from django.db.models.functions import Now
 
-#: Hex digits of an id the console shows and finds it by: the end of a UUIDv7,
-#: which is random, where its start is a clock shared by runs started together.
-ID_TAIL = 12
-
 
 class WorkflowStatus(models.TextChoices):
     PENDING = "pending"

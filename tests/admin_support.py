@@ -8,6 +8,7 @@ from typing import Any
 from django.contrib.auth.models import Permission, User
 from django.utils import timezone
 
+from orchestration import waits
 from orchestration.models import Workflow
 from tests.factories import WorkflowFactory, WorkflowStepFactory
 
@@ -71,4 +72,28 @@ def stuck_running(seconds_since_heartbeat: float = 600, **fields: Any) -> Workfl
         updated_at=timezone.now() - datetime.timedelta(seconds=seconds_since_heartbeat)
     )
     workflow.refresh_from_db()
+    return workflow
+
+
+def waiting_for_event(
+    name: str = "approval", run_after: datetime.datetime | None = None, *, woken: bool = False, **fields
+) -> Workflow:
+    """A workflow as ``ctx.wait_for_event(name)`` leaves it: pending until woken (or until
+    ``run_after``, its timeout), its step 1 waiting. ``woken``: as ``send_event`` leaves it."""
+    workflow = WorkflowFactory(
+        workflow_type="awaits_approval",
+        status="pending",
+        waiting_for=f"event: {name}",
+        run_after=None if woken else run_after or waits.WAIT_FOREVER,
+        started_at=timezone.now(),
+        **fields,
+    )
+    WorkflowStepFactory(
+        workflow=workflow,
+        step_number=1,
+        step_name=name,
+        status="pending",
+        output_data={"event": name, "timeout_at": run_after.isoformat() if run_after else None},
+        started_at=timezone.now(),
+    )
     return workflow

@@ -26,5 +26,9 @@ from .workflow_admin import WorkflowAdmin
 admin.site.register(Workflow, WorkflowAdmin)
 admin.site.register(WorkflowWorker, WorkerAdmin)
 admin.site.register(WorkflowQueue, WorkflowQueueAdmin)
+# The site's index links to the overview (a page, not a model: the app list has
+# no row for it), unless the project draws an index of its own.
+if admin.site.index_template is None:
+    admin.site.index_template = "admin/orchestration/site_index.html"
 
 __all__ = ["WorkerAdmin", "WorkflowAdmin", "WorkflowQueueAdmin"]

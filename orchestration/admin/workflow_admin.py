@@ -138,7 +138,7 @@ class WorkflowAdmin(ReadOnlyConsole, admin.ModelAdmin):
             "Timing",
             {
                 "fields": (
-                    ("created", "run_after_at"),
+                    ("created_moment", "run_after_at"),
                     ("started", "finished"),
                     ("updated", "heartbeat"),
                     ("duration", "deadline_at"),
@@ -200,6 +200,7 @@ class WorkflowAdmin(ReadOnlyConsole, admin.ModelAdmin):
 
     # -- the list
 
+    created_moment = timestamp_column("created_at", "created")
     deadline_at = timestamp_column("deadline", "deadline")
     started = timestamp_column("started_at", "started")
     finished = timestamp_column("finished_at", "finished")

@@ -1,5 +1,6 @@
 /* The console's live refresh: while its switch (#orch-live) is on, fetch this
-   same page every few seconds and swap its content (#content-main) in place.
+   same page every few seconds and swap its content (#content-main, and a run
+   page's head) in place.
    No framework: the server draws the page as it always does. It pauses while
    the operator selects rows, types in a form or the tab is hidden, so nothing
    they are doing is swapped away; the switch's state is kept per browser. */
@@ -14,12 +15,11 @@
     if (!toggle || !window.fetch || !window.DOMParser) {
         return;
     }
-    var period = Number(toggle.dataset.seconds || 3) * 1000;
     var timer = null;
     toggle.checked = window.localStorage.getItem(KEY) !== "off";
 
     function busy() {
-        var main = document.getElementById("content-main");
+        var main = document.getElementById("content");
         if (!main || document.hidden) {
             return true;
         }
@@ -27,7 +27,7 @@
             return true;
         }
         var active = document.activeElement;
-        if (active && main.contains(active) && /^(INPUT|TEXTAREA|SELECT)$/.test(active.tagName)) {
+        if (active && active !== toggle && main.contains(active) && /^(INPUT|TEXTAREA|SELECT)$/.test(active.tagName)) {
             return true;
         }
         var fields = main.querySelectorAll("textarea, input[type=text]");
@@ -41,7 +41,8 @@
 
     function swap(html) {
         var fresh = new DOMParser().parseFromString(html, "text/html");
-        ["content-main", "changelist-filter"].forEach(function (id) {
+        // A run's page draws its head and its event form beside #content-main.
+        ["orch-summary", "content-main", "orch-send-event", "changelist-filter"].forEach(function (id) {
             var now = document.getElementById(id);
             var next = fresh.getElementById(id);
             if (now && next) {
@@ -74,12 +75,14 @@
 
     function schedule() {
         if (toggle.checked && timer === null) {
-            timer = window.setTimeout(tick, period);
+            timer = window.setTimeout(tick, Number(toggle.dataset.seconds || 3) * 1000);
         }
     }
 
     toggle.addEventListener("change", function () {
         window.localStorage.setItem(KEY, toggle.checked ? "on" : "off");
+        window.clearTimeout(timer);
+        timer = null;
         schedule();
     });
     // The run page's buttons ask before they discard or cancel.

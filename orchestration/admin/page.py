@@ -117,6 +117,9 @@ def summary(model_admin: WorkflowConsole, request: HttpRequest, workflow: Workfl
     if workflow is None:
         return {}
     step = step_at_fault(workflow)
+    now = timezone.now()
+    waiting = pending_reason(workflow.run_after, workflow.waiting_for, workflow.error_message, now)
+    badge = "waiting" if workflow.status == WorkflowStatus.PENDING and waiting == PendingReason.WAITING else None
     buttons = [
         {
             "name": action.name,
@@ -129,7 +132,7 @@ def summary(model_admin: WorkflowConsole, request: HttpRequest, workflow: Workfl
     ]
     return {
         "summary": {
-            "badge": status_badge(workflow.status),
+            "badge": status_badge(badge or workflow.status),
             "headline": headline(workflow, step),
             "error": workflow.error_message if workflow.status != WorkflowStatus.COMPLETED else None,
             "buttons": buttons,

@@ -260,6 +260,11 @@ def test_operator__retries_a_failed_run_from_the_buttons_at_the_top_of_its_page(
     box = retry.bounding_box()
     assert box["y"] + box["height"] < 900 and box["x"] + box["width"] < 1280  # seen without scrolling
     assert "Failed at step 2 (second)" in page.inner_text("#orch-summary")
+    # The step repairs sit beside each step's status, whole, not cut off at the table's right edge.
+    steps = page.locator(".inline-group .wrapper").bounding_box()
+    for repair in page.locator("a.orch-step-retry, a.orch-step-skip").all():
+        box = repair.bounding_box()
+        assert box["x"] + box["width"] <= min(steps["x"] + steps["width"], 1280)
     retry.click()
     page.wait_for_selector(".messagelist")
     assert "is pending again" in page.inner_text(".messagelist")

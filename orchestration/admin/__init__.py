@@ -8,6 +8,7 @@ those listed before it:
 - ``filters``: the list's filters; ``inlines``: a workflow's steps;
 - ``actions``: retry, restart, cancel, requeue, as the Python API does them;
 - ``forms`` and ``views``: the overview, step repairs and sending an event;
+- ``page``: the head of a run's page (its state, why, Retry / Restart / Cancel, its errors);
 - ``limits``: the list's statement timeout;
 - ``workflow_admin``: ``WorkflowAdmin``, which puts them together;
 - ``workers``: ``WorkerAdmin``, the ``runworkers`` processes and what each holds;

@@ -108,6 +108,12 @@ def _bounded(report: Callable[..., Any], *args: Any) -> tuple[Any, str | None]:
         )
 
 
+def needs_vacuum(health: Mapping[str, Any]) -> bool:
+    """Whether a table's dead tuples (a row of ``stats.table_health``) are many and a large part of it."""
+    dead_pct = health["dead_pct"] or 0
+    return dead_pct >= DEAD_TUPLES_WARNING_PCT and health["dead_tuples"] >= DEAD_TUPLES_WARNING_MIN
+
+
 def _live_workers() -> list[dict[str, Any]]:
     """The live ``runworkers`` processes, each with how many runs it holds and a link."""
     now = timezone.now()
@@ -220,8 +226,7 @@ def overview(model_admin: WorkflowConsole, request: HttpRequest) -> HttpResponse
         "health": [
             {
                 **row,
-                "warn": (row["dead_pct"] or 0) >= DEAD_TUPLES_WARNING_PCT
-                and row["dead_tuples"] >= DEAD_TUPLES_WARNING_MIN,
+                "warn": needs_vacuum(row),
                 "last_autovacuum_label": ago(row["last_autovacuum"], now) if row["last_autovacuum"] else "never",
                 "last_vacuum_label": ago(row["last_vacuum"], now) if row["last_vacuum"] else "never",
                 "last_autoanalyze_label": ago(row["last_autoanalyze"], now) if row["last_autoanalyze"] else "never",

@@ -100,8 +100,9 @@ class WorkflowAdmin(ReadOnlyConsole, admin.ModelAdmin):
     """Every workflow, read only: the console changes a row only through ``orchestration.api``
     (the actions, the step repairs, sending an event), never by saving a form."""
 
-    # Fits 1280 px: the end of the id, one line of error; queue and attempts are on the page.
-    list_display = ("short_id", "status_label", "workflow_type", "progress", "last_error", "created", "duration")
+    # Fits 1280 px: the end of the id, one line of error; a queue other than the
+    # default under the type, attempts past the first under the progress.
+    list_display = ("short_id", "status_label", "type_label", "progress", "last_error", "created", "duration")
     list_display_links = ("short_id",)
     list_filter = (
         StatusFilter,
@@ -243,11 +244,20 @@ class WorkflowAdmin(ReadOnlyConsole, admin.ModelAdmin):
             return pending_label(obj)
         return status_badge(obj.status, obj.error_message)
 
+    @admin.display(description="type", ordering="workflow_type")
+    def type_label(self, obj: Workflow) -> SafeString:
+        if obj.queue == "default":
+            return format_html("{}", obj.workflow_type)
+        return format_html('{}<span class="orch-why">queue {}</span>', obj.workflow_type, obj.queue)
+
     @admin.display(description="progress")
     def progress(self, obj: Workflow) -> SafeString:
         # Annotated by WorkflowChangeList: two index lookups per listed row.
         done, seen = getattr(obj, "completed_steps"), getattr(obj, "steps_seen")  # noqa: B009
-        return format_html('<span title="completed steps / steps seen">{} / {}</span>', done, seen)
+        steps = format_html('<span title="completed steps / steps seen">{} / {}</span>', done, seen)
+        if obj.attempts <= 1:
+            return steps
+        return format_html('{}<span class="orch-why">attempt {} of {}</span>', steps, obj.attempts, obj.max_retries + 1)
 
     @admin.display(description="attempts", ordering="attempts")
     def attempts_label(self, obj: Workflow) -> str:

@@ -55,6 +55,8 @@ def test_workflow_list__shows_short_id_badge_progress_last_error_age_and_duratio
     # The id's random end, the whole id on hover.
     assert f'<span class="orch-id" title="{failed.pk}">{str(failed.pk)[-8:]}</span>' in row
     assert "1 / 2" in row  # one completed step out of two seen
+    assert "attempt 4 of 4" in row  # past the first, out of max_retries + 1
+    assert "queue default" not in row  # the queue is said when it is another
     assert '<span class="orch-error-line" title="ConnectionError: bank API unreachable">' in row
     assert "9.0 s" in row  # duration
     assert re.search(

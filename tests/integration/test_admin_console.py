@@ -11,7 +11,8 @@ from django.contrib.admin.models import LogEntry
 from django.urls import reverse
 from django.utils import timezone
 
-from orchestration import start_workflow
+from orchestration import start_workflow, stats
+from orchestration.admin.views import needs_vacuum
 from orchestration.models import Workflow, WorkflowWorker
 from tests.admin_support import failed_three_steps, staff_user, waiting_for_event
 from tests.factories import WorkflowFactory
@@ -150,11 +151,23 @@ def test_overview__lists_recent_failures_and_live_workers(admin_client):
     assert "web-1:42:cafe" in workers and "every queue" in workers and "old:1:dead" not in workers
 
 
-def test_overview__does_not_flag_a_small_table_that_autovacuum_has_not_visited(admin_client, django_db_blocker):
-    workflows = [WorkflowFactory(status="completed") for _ in range(7)]
-    Workflow.objects.filter(pk__in=[w.pk for w in workflows]).update(status="failed")  # dead tuples, no vacuum
-    html = admin_client.get(OVERVIEW_URL).content.decode()
-    assert "orch-warn" not in html.split('id="orch-health"', 1)[1]
+@pytest.mark.parametrize(
+    ("dead", "dead_pct", "flagged"),
+    [(2, 50.0, False), (9_999, 100.0, False), (50_000, 10.0, False), (10_000, 20.0, True)],
+    ids=["a fresh table", "few dead tuples", "a small part of a big table", "many, and a large part"],
+)
+def test_table_health__is_flagged_for_dead_tuples_that_are_many_and_a_large_part(dead, dead_pct, flagged):
+    assert needs_vacuum({"dead_tuples": dead, "dead_pct": dead_pct}) is flagged
+
+
+def test_overview__flags_the_tables_that_need_a_vacuum(admin_client, monkeypatch):
+    rows = [("workflows", 7, 7, 50.0), ("workflow_steps", 100_000, 40_000, 28.6)]
+    columns = ["table_name", "live_tuples", "dead_tuples", "dead_pct", "last_autovacuum", "last_vacuum",
+               "last_autoanalyze", "total_bytes"]  # fmt: skip
+    report = stats.Report("Table health", columns, [(*row, None, None, None, 8192) for row in rows])
+    monkeypatch.setattr(stats, "table_health", lambda: report)
+    html = admin_client.get(OVERVIEW_URL).content.decode().split('id="orch-health"', 1)[1]
+    assert html.count('class="orch-warn"') == 1 and "<td>workflow_steps</td>" in html.split("orch-warn", 1)[1][:80]
 
 
 def test_overview__is_linked_from_the_site_index_and_times_say_their_zone(admin_client):

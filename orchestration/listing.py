@@ -45,6 +45,8 @@ ID_TAIL = 12
 SHORT_ID = 8
 #: The shortest term searched for in error messages: pg_trgm indexes trigrams.
 ERROR_SEARCH_MIN = 3
+#: The index of error messages, made by migration 0009 where the server has pg_trgm.
+ERROR_INDEX = "idx_workflows_error_trgm"
 
 
 def short_id(workflow_id: Any) -> str:
@@ -77,7 +79,8 @@ def search_q(term: str) -> Q:
         condition |= Q(pk__gte=ids[0], pk__lte=ids[1])
         if len(needle) <= ID_TAIL and "-" not in needle:
             condition |= Q(StartsWith(Reverse(Right(Cast("id", TextField()), ID_TAIL)), needle[::-1]))
-    if len(term) >= ERROR_SEARCH_MIN:
+    # Only through its index: without pg_trgm (migration 0009) it would read every row.
+    if len(term) >= ERROR_SEARCH_MIN and stats.has_index(ERROR_INDEX):
         condition |= Q(error_message__icontains=term)
     return condition
 

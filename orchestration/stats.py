@@ -315,6 +315,11 @@ def status_counts(statuses: list[str], cap: int) -> dict[str, int]:
     return {status: count for status, count in rows}
 
 
+def has_index(name: str) -> bool:
+    """Whether index ``name`` exists (an optional one, such as migration 0009's pg_trgm index)."""
+    return bool(_run("Index", "SELECT to_regclass(%s) IS NOT NULL", [name]).rows[0][0])
+
+
 def workflow_types() -> list[str]:
     """Every workflow type present in the table, in order."""
     return [row[0] for row in _run("Workflow types", WORKFLOW_TYPES_SQL).rows]

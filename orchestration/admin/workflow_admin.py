@@ -117,7 +117,7 @@ class WorkflowAdmin(ReadOnlyConsole, admin.ModelAdmin):
     search_fields = ("=id", "=workflow_type", "=idempotency_key")
     search_help_text = (
         "An id, its first characters or its last (the 8 the list shows), a type or part of its name, "
-        "an idempotency key, or words of an error message (3 characters or more)."
+        "an idempotency key, or else words of an error message (3 characters or more)."
     )
     fieldsets = (
         (

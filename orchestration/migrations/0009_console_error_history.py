@@ -28,6 +28,8 @@ ERROR_INDEX = (
     "USING gin (UPPER(error_message) gin_trgm_ops) WHERE error_message IS NOT NULL"
 )
 
+ERROR_STATISTICS = "CREATE STATISTICS IF NOT EXISTS workflows_error_upper ON (UPPER(error_message)) FROM workflows"
+
 
 def create_error_index(apps: Any, schema_editor: Any) -> None:
     """The error index where the server has pg_trgm and lets this role create it;
@@ -41,9 +43,14 @@ def create_error_index(apps: Any, schema_editor: Any) -> None:
         except DatabaseError:  # not the database's owner, nor a superuser
             return
         cursor.execute(ERROR_INDEX)
+        # The planner's figures for the indexed expression (mostly NULL: only failed,
+        # retrying or cancelled runs have an error), without which it takes a search
+        # in errors to match 1 row in 200 and walks the table by date instead.
+        cursor.execute(ERROR_STATISTICS)
 
 
 def drop_error_index(apps: Any, schema_editor: Any) -> None:
+    schema_editor.execute("DROP STATISTICS IF EXISTS workflows_error_upper")
     schema_editor.execute("DROP INDEX CONCURRENTLY IF EXISTS idx_workflows_error_trgm")
 
 

@@ -25,7 +25,7 @@ from django.utils.safestring import SafeString
 
 from .. import api, charts
 from ..errors import InvalidTransition
-from ..models import FINISHED_STATUSES, StepStatus, Workflow, WorkflowStatus, WorkflowStep
+from ..models import StepStatus, Workflow, WorkflowStatus, WorkflowStep
 from ..waits import PendingReason, pending_reason
 from .display import ago, change_url, status_badge, timestamp, waiting_until, waiting_what, worker_link
 from .views import WorkflowConsole
@@ -137,7 +137,6 @@ def summary(model_admin: WorkflowConsole, request: HttpRequest, workflow: Workfl
             "error": workflow.error_message if workflow.status != WorkflowStatus.COMPLETED else None,
             "buttons": buttons,
             "history": history(workflow),
-            "live": workflow.status not in FINISHED_STATUSES,
         }
     }
 

@@ -172,6 +172,8 @@ def test_operator__reads_the_overview_and_its_chart(page, admin_user):
     page.click("a.orch-overview-link")
     page.wait_for_selector("svg.orch-chart")
     assert page.locator("svg.orch-chart rect.orch-bar-completed").count() == 24
+    chart, panel = page.locator("svg.orch-chart").bounding_box(), page.locator("#orch-hourly").bounding_box()
+    assert chart["width"] >= 0.95 * panel["width"] - 20  # across its panel, not half of it
     current_hour = page.locator("svg.orch-chart g.orch-hour").last
     completed = current_hour.locator("rect.orch-bar-completed").bounding_box()
     failed = current_hour.locator("rect.orch-bar-failed").bounding_box()

@@ -140,8 +140,7 @@ ORDER BY hashtext(name)
 #: Planner: every lookup is an index probe: queues and keys by ``min()`` over
 #: ``idx_workflows_queue_claim`` / ``idx_workflows_key_claim``, runs ordered by
 #: ``-priority::bigint`` so that only those indexes give the order (docs/performance.md).
-#: Planner: the runs completed here are counted from ``done``'s own columns; joined back to ``workflows``,
-#: the generic plan read every run the queue ever had, at every claim.
+#: Planner: runs completed here are counted from ``done``'s columns (joined back: every run of the queue read).
 COMPLETE_AND_CLAIM_LIMITED = (
     """
 WITH RECURSIVE """

@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 from django.utils import timezone
 
-from .. import observe
+from .. import logs, observe
 from ..claims import FinishedRun
 from ..context import WorkflowContext
 from ..errors import (
@@ -94,7 +94,8 @@ def execute(
 
 
 def log_completed(run: Lease, started: float) -> None:
-    logger.info(
+    logs.info(
+        logger,
         "workflow %s (%s) completed in %.3fs (attempt %d)",
         run.id,
         run.workflow_type,

@@ -14,7 +14,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from . import observe, waits
+from . import logs, observe, waits
 from .api import start_workflow
 from .conf import conf
 from .errors import (
@@ -404,7 +404,8 @@ class WorkflowContext:
 
     def _completed(self, number: int, name: str, output: Any, started: float | None) -> None:
         self._recorded[number] = RecordedStep(number, name, StepStatus.COMPLETED, output)
-        logger.info(
+        logs.info(
+            logger,
             'workflow %s (%s) step %d "%s" completed in %.3fs',
             self._run.id,
             self._run.workflow_type,

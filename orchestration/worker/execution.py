@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 from django.utils import timezone
 
-from .. import async_context, observe
+from .. import async_context, logs, observe
 from ..async_context import AsyncWorkflowContext
 from ..claims import FinishedRun
 from ..context import WorkflowContext
@@ -98,7 +98,8 @@ def execute(
 
 
 def log_completed(run: Lease, started: float) -> None:
-    logger.info(
+    logs.info(
+        logger,
         "workflow %s (%s) completed in %.3fs (attempt %d)",
         run.id,
         run.workflow_type,

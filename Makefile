@@ -17,7 +17,9 @@ PYTHON311 ?= $(shell for p in python3.11 $${PYENV_ROOT:-$$HOME/.pyenv}/versions/
 VENV52 ?= .venv-django52
 STAMP52 := $(VENV52)/.installed
 
-.PHONY: help demo test test-django52 lint serve format clean
+DOCS_STAMP := $(VENV)/.installed-docs
+
+.PHONY: help demo test test-django52 lint serve format clean docs
 .DEFAULT_GOAL := help
 
 help:
@@ -25,6 +27,7 @@ help:
 	@echo "make test   run the test suite"
 	@echo "make test-django52   the suite on Django 5.2 with Python 3.11 (Tasks backend tests skip)"
 	@echo "make lint   ruff and mypy;  make serve: the admin on http://127.0.0.1:8000/admin/"
+	@echo "make docs   the documentation site into build/site (MkDocs, warnings as errors)"
 
 $(STAMP): requirements.txt pyproject.toml
 	@test -n "$(PYTHON)" || { echo "No Python >= 3.12 found; set PYTHON=/path/to/python3.12"; exit 1; }
@@ -50,6 +53,15 @@ $(STAMP52): requirements.txt pyproject.toml
 test-django52: $(STAMP52)
 	$(VENV52)/bin/python -c 'import django; assert django.VERSION[:2] == (5, 2), django.get_version()'
 	$(VENV52)/bin/python -m pytest
+
+# The site's tools (requirements-docs.txt) go into the project's .venv: the
+# reference is read from the app's code, which needs Django beside them.
+$(DOCS_STAMP): requirements-docs.txt $(STAMP)
+	$(BIN)/python -m pip install --quiet -r requirements-docs.txt
+	@touch $(DOCS_STAMP)
+
+docs: $(DOCS_STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

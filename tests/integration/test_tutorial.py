@@ -1,0 +1,37 @@
+"""The tutorial's samples, as the page shows them (docs/examples/shop/workflows.py,
+included in docs/tutorial.md), run against PostgreSQL."""
+
+import pytest
+
+from docs.examples.shop.workflows import order_status, place_order
+from tests.support import drain
+
+pytestmark = pytest.mark.django_db
+
+
+def test_tutorial__an_order_runs_its_three_steps_and_returns_its_charge():
+    run = place_order(7, "ada@example.com", ["book", "lamp"], 1299)
+    assert drain() == ["completed"]
+    assert order_status(run.id) == {
+        "status": "completed",
+        "output": {"charge_id": "ch_7", "reservation": "res-7"},
+        "error": None,
+    }
+    assert list(run.steps.order_by("step_number").values_list("step_name", flat=True)) == [
+        "reserve stock",
+        "charge card",
+        "send receipt",
+    ]
+
+
+def test_tutorial__the_same_order_placed_twice_starts_one_run():
+    first = place_order(8, "ada@example.com", ["book"], 500)
+    second = place_order(8, "ada@example.com", ["book"], 500)
+    assert second.id == first.id
+
+
+def test_tutorial__an_order_with_nothing_to_charge_fails_without_retries():
+    run = place_order(9, "ada@example.com", ["voucher"], 0)
+    assert drain() == ["failed"]
+    status = order_status(run.id)
+    assert status["status"] == "failed" and "nothing to charge" in status["error"]

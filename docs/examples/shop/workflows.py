@@ -18,12 +18,12 @@ def reserve_stock(order_id: int, items: list[str]) -> dict[str, Any]:
     return {"reservation": f"res-{order_id}", "count": len(items)}
 
 
-def charge_card(order_id: int, amount_cents: int, idempotency_key: str) -> dict[str, Any]:
-    if amount_cents <= 0:
+def charge_card(order_id: int, cents: int, idempotency_key: str) -> dict[str, Any]:
+    if cents <= 0:
         # No retry can fix this one: fail the workflow at once.
-        raise PermanentError(f"order {order_id}: nothing to charge ({amount_cents} cents)")
-    # Pass idempotency_key to your payment provider: a step can run more than once.
-    return {"charge_id": f"ch_{order_id}", "amount_cents": amount_cents}
+        raise PermanentError(f"order {order_id}: nothing to charge ({cents})")
+    # Give idempotency_key to your payment provider: a step may run twice.
+    return {"charge_id": f"ch_{order_id}", "cents": cents}
 
 
 def send_receipt(email: str, charge_id: str) -> dict[str, Any]:
@@ -37,12 +37,13 @@ from orchestration import workflow  # noqa: E402
 
 @workflow("checkout", max_retries=3)
 def checkout(ctx: Any, data: dict[str, Any]) -> dict[str, Any]:
-    stock = ctx.step("reserve stock", reserve_stock, data["order_id"], data["items"])
+    order_id = data["order_id"]
+    stock = ctx.step("reserve stock", reserve_stock, order_id, data["items"])
     charge = ctx.step(
         "charge card",
         charge_card,
-        data["order_id"],
-        data["amount_cents"],
+        order_id,
+        data["cents"],
         idempotency_key=f"{ctx.workflow_id}:charge",
     )
     ctx.step("send receipt", send_receipt, data["email"], charge["charge_id"])
@@ -56,15 +57,13 @@ from django.db import transaction  # noqa: E402
 from orchestration.models import Workflow  # noqa: E402
 
 
-def place_order(order_id: int, email: str, items: list[str], amount_cents: int) -> Workflow:
+def place_order(order_id: int, email: str, items: list[str], cents: int) -> Workflow:
+    data = {"order_id": order_id, "email": email, "items": items, "cents": cents}
     with transaction.atomic():
         # ... save the order in your own tables here ...
-        # Workers see the run only once this transaction commits; the same key twice
-        # (a double click, a retried request) returns the first run.
-        return checkout.start(
-            {"order_id": order_id, "email": email, "items": items, "amount_cents": amount_cents},
-            idempotency_key=f"order-{order_id}",
-        )
+        # Workers see the run only once this transaction commits. The same key
+        # twice (a double click, a retried request) returns the first run.
+        return checkout.start(data, idempotency_key=f"order-{order_id}")
 
 
 # --8<-- [end:start]

@@ -1,12 +1,18 @@
 """The tutorial's samples, as the page shows them (docs/examples/shop/workflows.py,
-included in docs/tutorial.md), run against PostgreSQL."""
+included in docs/tutorial.md, and the page's interactive sessions), run against
+PostgreSQL."""
+
+import doctest
+import re
 
 import pytest
 
 from docs.examples.shop.workflows import order_status, place_order
-from tests.support import drain
+from tests.support import ROOT, drain
 
 pytestmark = pytest.mark.django_db
+
+TUTORIAL = ROOT / "docs" / "tutorial.md"
 
 
 def test_tutorial__an_order_runs_its_three_steps_and_returns_its_charge():
@@ -35,3 +41,18 @@ def test_tutorial__an_order_with_nothing_to_charge_fails_without_retries():
     assert drain() == ["failed"]
     status = order_status(run.id)
     assert status["status"] == "failed" and "nothing to charge" in status["error"]
+
+
+def test_tutorial__the_pages_sessions_print_what_they_show():
+    def order_status_once_run(workflow_id):
+        drain()  # what `runworkers` does between the page's two lines
+        return order_status(workflow_id)
+
+    sessions = re.findall(r"```pycon\n(.*?)```", TUTORIAL.read_text(), re.DOTALL)
+    assert len(sessions) == 2
+    for number, session in enumerate(sessions, 1):
+        globs = {"place_order": place_order, "order_status": order_status_once_run}
+        test = doctest.DocTestParser().get_doctest(session, globs, f"session {number}", str(TUTORIAL), 0)
+        runner = doctest.DocTestRunner()
+        runner.run(test)
+        assert runner.failures == 0, f"the tutorial's session {number} printed something else (see above)"

@@ -1,7 +1,9 @@
 """The site's reference keeps up with the code: every public name, setting,
-command and admin action is on its page (docs/hooks/reference.py builds the
+command and admin action is on its page, and every Python sample parses (docs/hooks/reference.py builds the
 generated parts; `make docs` renders them)."""
 
+import ast
+import re
 from pathlib import Path
 
 import orchestration
@@ -47,3 +49,13 @@ def test_reference__every_admin_action_is_listed_with_its_permission():
         ("pause_queues", "orchestration.change_workflowqueue"),
     ]:
         assert any(f"`{name}`" in row and f"`{permission}`" in row for row in actions.splitlines()), name
+
+
+def test_site__every_python_sample_on_its_pages_parses():
+    samples = 0
+    for page in sorted(DOCS.rglob("*.md")):
+        for code in re.findall(r"```python\n(.*?)```", page.read_text(), re.DOTALL):
+            if not code.lstrip().startswith("--8<--"):  # a snippet: the module it comes from is tested
+                ast.parse(code, filename=str(page))
+                samples += 1
+    assert samples > 10

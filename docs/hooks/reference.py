@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import pkgutil
 import re
 from collections.abc import Callable
@@ -57,21 +58,24 @@ def command_names() -> list[str]:
 
 def commands_part() -> str:
     """Each management command's ``--help``, as ``manage.py`` prints it."""
+    from unittest import mock
+
     from django.core.management import load_command_class
 
-    sections = []
-    for name in command_names():
-        command = load_command_class("orchestration", name)
-        parser = command.create_parser("manage.py", name)
-        parts = [f"## `{name}`\n", f"```text\n{parser.format_help().rstrip()}\n```\n"]
-        # A command with verbs (workflows, workflow_queues): each verb's own --help.
-        for action in parser._actions:
-            if not isinstance(action, argparse._SubParsersAction):
-                continue
+    # argparse wraps to the terminal's width: one width, whoever builds the site.
+    with mock.patch.dict(os.environ, {"COLUMNS": "100"}):
+        return "\n".join(_command_help(load_command_class("orchestration", name), name) for name in command_names())
+
+
+def _command_help(command: Any, name: str) -> str:
+    parser = command.create_parser("manage.py", name)
+    parts = [f"## `{name}`\n", f"```text\n{parser.format_help().rstrip()}\n```\n"]
+    # A command with verbs (workflows, workflow_queues): each verb's own --help.
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
             for verb, subparser in action.choices.items():
                 parts.append(f"### `{name} {verb}`\n\n```text\n{subparser.format_help().rstrip()}\n```\n")
-        sections.append("\n".join(parts))
-    return "\n".join(sections)
+    return "\n".join(parts)
 
 
 def admin_actions_part() -> str:

@@ -26,12 +26,13 @@ PYTHON313 ?= $(shell for p in python3.13 $${PYENV_ROOT:-$$HOME/.pyenv}/versions/
 
 DOCS_STAMP := $(VENV)/.installed-docs
 
-.PHONY: help demo test test-django52 lint serve format clean release-check docs
+.PHONY: help demo test test-chaos test-django52 lint serve format clean release-check docs
 .DEFAULT_GOAL := help
 
 help:
 	@echo "make demo   run the demo workflows and print a report"
 	@echo "make test   run the test suite"
+	@echo "make test-chaos   the chaos run: killed workers and a restarted PostgreSQL (CI runs it)"
 	@echo "make test-django52   the suite on Django 5.2 with Python 3.11 (Tasks backend tests skip)"
 	@echo "make lint   ruff and mypy;  make serve: the admin on http://127.0.0.1:8000/admin/"
 	@echo "make release-check   build the sdist and wheel, twine check, install the wheel on Django 6 and 5.2"
@@ -48,8 +49,13 @@ demo: $(STAMP)
 	$(BIN)/python manage.py migrate --verbosity 0
 	$(BIN)/python manage.py run_demo
 
+# The chaos run (killed workers and a restarted PostgreSQL of its own, about
+# 25 s) is apart, so that one `make test` stays short: `make test-chaos`, and CI.
 test: $(STAMP)
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -m "not chaos"
+
+test-chaos: $(STAMP)
+	$(BIN)/python -m pytest -m chaos
 
 $(STAMP52): requirements.txt pyproject.toml
 	@test -n "$(PYTHON311)" || { echo "No Python 3.11 found; set PYTHON311=/path/to/python3.11"; exit 1; }
@@ -60,7 +66,7 @@ $(STAMP52): requirements.txt pyproject.toml
 
 test-django52: $(STAMP52)
 	$(VENV52)/bin/python -c 'import django; assert django.VERSION[:2] == (5, 2), django.get_version()'
-	$(VENV52)/bin/python -m pytest
+	$(VENV52)/bin/python -m pytest -m "not chaos"
 
 # The site's tools (requirements-docs.txt) go into the project's .venv: the
 # reference is read from the app's code, which needs Django beside them.

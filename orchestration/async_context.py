@@ -21,13 +21,13 @@ import asyncio
 import datetime
 import inspect
 import time
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Generator, Sequence
 from typing import Any
 
 from asgiref.sync import async_to_sync, sync_to_async
 
 from .context import ChildHandle, WorkflowContext
-from .errors import ControlFlow, DeadlineExceeded, LeaseLost, StepTimeout
+from .errors import ControlFlow, DeadlineExceeded, LeaseLost, PermanentError, StepTimeout
 from .validation import to_json_value, validate_step_timeout
 
 #: How often an async step body is checked for a lost lease while it runs (seconds).
@@ -51,6 +51,15 @@ class AsyncWorkflowContext(WorkflowContext):
     ``WorkflowContext`` that may wait is a coroutine here (``await ctx.step``,
     ``await ctx.sleep`` ...); the properties (``workflow_id``, ``attempt``,
     ``input`` ...) are the same."""
+
+    def patched(self, change_id: str) -> _Decision:  # type: ignore[override]
+        """``WorkflowContext.patched``, awaited: ``if await ctx.patched("id"):``.
+        The first decision records the patch, a write made on the worker's thread."""
+        return _Decision(change_id, _on_thread(super().patched)(change_id))
+
+    async def deprecate_patch(self, change_id: str) -> None:  # type: ignore[override]
+        """``WorkflowContext.deprecate_patch``, awaited."""
+        await _on_thread(super().deprecate_patch)(change_id)
 
     async def step(
         self,
@@ -132,3 +141,22 @@ class AsyncWorkflowContext(WorkflowContext):
             if not task.done():  # let the body's own cleanup (except CancelledError, finally) run, for a while
                 task.cancel()
                 await asyncio.wait({task}, timeout=CANCEL_GRACE)
+
+
+class _Decision:
+    """What ``ctx.patched`` returns in an async workflow: its answer once awaited.
+    Tested for truth unawaited it would always be true, taking the new branch in
+    runs that passed the patch on the old code: that fails the run at once instead."""
+
+    def __init__(self, change_id: str, decision: Coroutine[Any, Any, bool]) -> None:
+        self._change_id, self._decision = change_id, decision
+
+    def __await__(self) -> Generator[Any, None, bool]:
+        return self._decision.__await__()
+
+    def __bool__(self) -> bool:
+        self._decision.close()  # never awaited: no "coroutine was never awaited" warning
+        raise PermanentError(
+            f"ctx.patched({self._change_id!r}) was used without await: in an async workflow write "
+            f"`if await ctx.patched({self._change_id!r}):`"
+        )

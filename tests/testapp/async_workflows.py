@@ -66,3 +66,18 @@ async def async_cancellable(ctx: Any, data: Any) -> Any:
 def sync_with_an_async_step(ctx: Any, data: Any) -> Any:
     """A plain workflow given an async step by mistake."""
     return ctx.step("a", arecord, ctx, 1, "a")
+
+
+@workflow("async_patched", max_retries=0)
+async def async_patched(ctx: Any, data: Any) -> Any:
+    """``ctx.patched`` awaited before its first step, and ``deprecate_patch`` after it."""
+    new = await ctx.patched("async-v2")
+    first = await ctx.step("v2" if new else "v1", arecord, ctx, 1, "v2" if new else "v1")
+    await ctx.deprecate_patch("async-v2")
+    return {"new": new, "step": first["label"]}
+
+
+@workflow("async_patched_not_awaited", max_retries=3)
+async def async_patched_not_awaited(ctx: Any, data: Any) -> Any:
+    """The mistake ``if ctx.patched(...)`` without ``await``: a coroutine is always true."""
+    return {"new": bool(ctx.patched("async-v2"))}

@@ -188,8 +188,9 @@ def rows(filters: Filters, limit: int) -> list[dict[str, Any]]:
 
 
 def details(workflow_id: uuid.UUID) -> dict[str, Any]:
-    """Everything about one workflow: its columns, steps, children by status and
-    unconsumed events. Raises ``Workflow.DoesNotExist``."""
+    """Everything about one workflow: its columns, error history, patches, the
+    run it was forked from, steps, children by status and unconsumed events.
+    Raises ``Workflow.DoesNotExist``."""
     workflow = Workflow.objects.using(conf.DATABASE).get(pk=workflow_id)
     row = {field: getattr(workflow, field) for field in SUMMARY_FIELDS}
     steps = workflow.steps.order_by("step_number").values(
@@ -203,6 +204,9 @@ def details(workflow_id: uuid.UUID) -> dict[str, Any]:
         "input_data": workflow.input_data,
         "output_data": workflow.output_data,
         "error_traceback": workflow.error_traceback,
+        "error_history": workflow.error_history or [],
+        "patches": workflow.patches,
+        "forked_from_id": workflow.forked_from_id,
         "steps": list(steps),
         "children": dict(children),
         "unconsumed_events": list(waiting_events),

@@ -18,6 +18,7 @@ workflow (the ORM refuses to run inside an event loop).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime
 import inspect
 import time
@@ -26,6 +27,7 @@ from typing import Any
 
 from asgiref.sync import async_to_sync, sync_to_async
 
+from . import observe
 from .context import ChildHandle, WorkflowContext
 from .errors import ControlFlow, DeadlineExceeded, LeaseLost, PermanentError, StepTimeout
 from .validation import to_json_value, validate_step_timeout
@@ -75,6 +77,12 @@ class AsyncWorkflowContext(WorkflowContext):
         loop) or a plain function (run on the worker's thread)."""
         if not inspect.iscoroutinefunction(fn):
             return await _on_thread(super().step)(name, fn, *args, timeout=timeout, **kwargs)
+        with observe.step_report(self, name) or contextlib.nullcontext():  # as the sync step's decorator reports
+            return await self._async_step(name, fn, args, kwargs, timeout)
+
+    async def _async_step(
+        self, name: str, fn: Callable[..., Any], args: Any, kwargs: Any, timeout: float | datetime.timedelta | None
+    ) -> Any:
         limit = self._step_timeout if timeout is None else validate_step_timeout(timeout, f"ctx.step({name!r}) timeout")
         number, done, output = await _on_thread(self._begin)(name, True)
         if done:

@@ -48,12 +48,19 @@ def test_async_step__past_its_timeout_is_cancelled_and_fails_the_attempt():
     assert "StepTimeout" in run.error_message and "cancelled" in run.error_message
 
 
-def test_async_step_in_a_plain_workflow__fails_the_run_at_once_saying_to_make_the_workflow_async():
-    run = start_workflow("sync_with_an_async_step")
+@pytest.mark.parametrize(
+    ("workflow_type", "said"),
+    [
+        ("sync_with_an_async_step", "an async step runs in an `async def` workflow"),  # a plain workflow's ctx.step
+        ("async_atomic_step_of_an_async_body", "atomic_step runs a plain function"),
+    ],
+)
+def test_async_body_where_a_plain_function_runs__fails_the_run_at_once_saying_where_it_belongs(workflow_type, said):
+    run = start_workflow(workflow_type)
     assert drain() == [Outcome.FAILED]
     run.refresh_from_db()
     assert run.attempts == 1
-    assert "Step 1 'a' returned an awaitable: an async step runs in an `async def` workflow" in run.error_message
+    assert f"Step 1 'a' returned an awaitable: {said}" in run.error_message
     assert not StepRun.objects.filter(workflow_id=run.pk).exists()
 
 

@@ -81,3 +81,9 @@ async def async_patched(ctx: Any, data: Any) -> Any:
 async def async_patched_not_awaited(ctx: Any, data: Any) -> Any:
     """The mistake ``if ctx.patched(...)`` without ``await``: a coroutine is always true."""
     return {"new": bool(ctx.patched("async-v2"))}
+
+
+@workflow("async_atomic_step_of_an_async_body", max_retries=3)
+async def async_atomic_step_of_an_async_body(ctx: Any, data: Any) -> Any:
+    """An ``async def`` body given to ``atomic_step``, which runs a plain function in a transaction."""
+    return await ctx.atomic_step("a", arecord, ctx, 1, "a")

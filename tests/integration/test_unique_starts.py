@@ -73,6 +73,12 @@ def test_debounce__the_run_counts_under_the_concurrency_key_of_the_latest_starts
     assert latest.concurrency_key == "tenant-b"
 
 
+def test_debounce__a_runs_time_limit_counts_from_the_end_of_its_window_when_it_starts():
+    start_workflow("echo", {"n": 1}, idempotency_key="reindex", debounce=60, timeout=10)
+    row = Workflow.objects.get()
+    assert row.deadline == row.run_after + datetime.timedelta(seconds=10)  # not cancelled before it starts
+
+
 def test_debounce__a_start_after_the_run_was_claimed_makes_a_new_run():
     first = start_workflow("echo", {"n": 1}, idempotency_key="reindex", debounce=0.001)
     Workflow.objects.filter(pk=first.pk).update(run_after=None)

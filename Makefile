@@ -24,15 +24,19 @@ RELEASE_STAMP := $(RELEASE_VENV)/.installed
 PYTHON313 ?= $(shell for p in python3.13 $${PYENV_ROOT:-$$HOME/.pyenv}/versions/3.13*/bin/python3; do \
 	"$$p" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 13))' >/dev/null 2>&1 && { echo "$$p"; break; }; done)
 
-.PHONY: help demo test test-django52 lint serve format clean release-check
+DOCS_STAMP := $(VENV)/.installed-docs
+
+.PHONY: help demo test test-chaos test-django52 lint serve format clean release-check docs
 .DEFAULT_GOAL := help
 
 help:
 	@echo "make demo   run the demo workflows and print a report"
 	@echo "make test   run the test suite"
+	@echo "make test-chaos   the chaos run: killed workers and a restarted PostgreSQL (CI runs it)"
 	@echo "make test-django52   the suite on Django 5.2 with Python 3.11 (Tasks backend tests skip)"
 	@echo "make lint   ruff and mypy;  make serve: the admin on http://127.0.0.1:8000/admin/"
 	@echo "make release-check   build the sdist and wheel, twine check, install the wheel on Django 6 and 5.2"
+	@echo "make docs   the documentation site into build/site (MkDocs, warnings as errors)"
 
 $(STAMP): requirements.txt pyproject.toml
 	@test -n "$(PYTHON)" || { echo "No Python >= 3.12 found; set PYTHON=/path/to/python3.12"; exit 1; }
@@ -45,8 +49,13 @@ demo: $(STAMP)
 	$(BIN)/python manage.py migrate --verbosity 0
 	$(BIN)/python manage.py run_demo
 
+# The chaos run (killed workers and a restarted PostgreSQL of its own, about
+# 25 s) is apart, so that one `make test` stays short: `make test-chaos`, and CI.
 test: $(STAMP)
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -m "not chaos"
+
+test-chaos: $(STAMP)
+	$(BIN)/python -m pytest -m chaos
 
 $(STAMP52): requirements.txt pyproject.toml
 	@test -n "$(PYTHON311)" || { echo "No Python 3.11 found; set PYTHON311=/path/to/python3.11"; exit 1; }
@@ -57,7 +66,16 @@ $(STAMP52): requirements.txt pyproject.toml
 
 test-django52: $(STAMP52)
 	$(VENV52)/bin/python -c 'import django; assert django.VERSION[:2] == (5, 2), django.get_version()'
-	$(VENV52)/bin/python -m pytest
+	$(VENV52)/bin/python -m pytest -m "not chaos"
+
+# The site's tools (requirements-docs.txt) go into the project's .venv: the
+# reference is read from the app's code, which needs Django beside them.
+$(DOCS_STAMP): requirements-docs.txt $(STAMP)
+	$(BIN)/python -m pip install --quiet -r requirements-docs.txt
+	@touch $(DOCS_STAMP)
+
+docs: $(DOCS_STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

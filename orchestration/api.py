@@ -74,7 +74,8 @@ def start_workflow(
     its run is pending or running: a start meanwhile returns that run, a start
     after it ended makes a new one. With ``debounce`` (seconds or timedelta)
     the starts of the key within that window after the first become one run,
-    which starts when the window ends with the latest start's input.
+    which starts when the window ends with the latest start's input (and its
+    ``timeout`` counts from then).
     """
     scope, window = validate_key_scope(idempotency_key, unique_while_active, debounce, run_after)
     if window is not None:
@@ -88,6 +89,8 @@ def start_workflow(
         max_retries=max_retries,
         timeout=timeout,
     )
+    if window is not None and options["timeout"] is not None:  # its time limit counts from when it starts
+        options["deadline"] = run_after + options["timeout"]
     input_data = _checked_inputs(workflow_type, [input_data])[0]
     keys = _concurrency_keys(workflow_type, [input_data], None if concurrency_key is None else [concurrency_key])
     if keys is not None and keys[0] is not None:

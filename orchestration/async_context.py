@@ -22,17 +22,19 @@ event loop).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import datetime
 import inspect
 import time
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Generator, Sequence
 from typing import Any
 
 from asgiref.sync import async_to_sync, sync_to_async
 
+from . import observe
 from .context import ChildHandle, WorkflowContext
-from .errors import ControlFlow, DeadlineExceeded, LeaseLost, StepTimeout
+from .errors import ControlFlow, DeadlineExceeded, LeaseLost, PermanentError, StepTimeout
 from .lease import Lease
 from .validation import to_json_value, validate_step_timeout
 
@@ -130,6 +132,15 @@ class AsyncWorkflowContext(WorkflowContext):
         super().__init__(*args, **kwargs)
         self._on_thread = on_thread
 
+    def patched(self, change_id: str) -> _Decision:  # type: ignore[override]
+        """``WorkflowContext.patched``, awaited: ``if await ctx.patched("id"):``.
+        The first decision records the patch, a write made on the worker's thread."""
+        return _Decision(change_id, self._on_thread(super().patched)(change_id))
+
+    async def deprecate_patch(self, change_id: str) -> None:  # type: ignore[override]
+        """``WorkflowContext.deprecate_patch``, awaited."""
+        await self._on_thread(super().deprecate_patch)(change_id)
+
     async def step(
         self,
         name: str,
@@ -144,6 +155,12 @@ class AsyncWorkflowContext(WorkflowContext):
         loop) or a plain function (run where the engine's calls run: off the loop)."""
         if not inspect.iscoroutinefunction(fn):
             return await self._on_thread(super().step)(name, fn, *args, timeout=timeout, **kwargs)
+        with observe.step_report(self, name) or contextlib.nullcontext():  # as the sync step's decorator reports
+            return await self._async_step(name, fn, args, kwargs, timeout)
+
+    async def _async_step(
+        self, name: str, fn: Callable[..., Any], args: Any, kwargs: Any, timeout: float | datetime.timedelta | None
+    ) -> Any:
         limit = self._step_timeout if timeout is None else validate_step_timeout(timeout, f"ctx.step({name!r}) timeout")
         number, done, output = await self._on_thread(self._begin)(name, True)
         if done:
@@ -196,3 +213,22 @@ class AsyncWorkflowContext(WorkflowContext):
             return StepTimeout(f'step "{name}" did not return within its timeout of {limit:g}s; it was cancelled')
 
         return await _within(run, body, ends + _deadline(run), expired)
+
+
+class _Decision:
+    """What ``ctx.patched`` returns in an async workflow: its answer once awaited.
+    Tested for truth unawaited it would always be true, taking the new branch in
+    runs that passed the patch on the old code: that fails the run at once instead."""
+
+    def __init__(self, change_id: str, decision: Coroutine[Any, Any, bool]) -> None:
+        self._change_id, self._decision = change_id, decision
+
+    def __await__(self) -> Generator[Any, None, bool]:
+        return self._decision.__await__()
+
+    def __bool__(self) -> bool:
+        self._decision.close()  # never awaited: no "coroutine was never awaited" warning
+        raise PermanentError(
+            f"ctx.patched({self._change_id!r}) was used without await: in an async workflow write "
+            f"`if await ctx.patched({self._change_id!r}):`"
+        )

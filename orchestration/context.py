@@ -14,7 +14,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from . import observe, waits
+from . import logs, observe, waits
 from .api import start_workflow
 from .conf import conf
 from .errors import (
@@ -155,7 +155,7 @@ class WorkflowContext:
             else:
                 result = self._call_within(number, name, limit, fn, args, kwargs)
             if inspect.isawaitable(result):
-                raise _awaitable_in_sync_workflow(number, name, result)
+                raise _awaitable_result(number, name, result, ASYNC_STEP_NEEDS_ASYNC_WORKFLOW)
             output = to_json_value(result, f"The result of step {number} {name!r}")
         except ControlFlow:
             raise
@@ -181,7 +181,10 @@ class WorkflowContext:
         started = time.monotonic()
         try:
             with transaction.atomic(using=conf.DATABASE):
-                output = to_json_value(fn(*args, **kwargs), f"The result of step {number} {name!r}")
+                result = fn(*args, **kwargs)
+                if inspect.isawaitable(result):
+                    raise _awaitable_result(number, name, result, ATOMIC_STEP_IS_SYNC)
+                output = to_json_value(result, f"The result of step {number} {name!r}")
                 # The fence comes last, so the workflow row is locked only for
                 # the commit: a lost lease rolls the step's own writes back too.
                 run.complete_step(number, output)
@@ -404,7 +407,8 @@ class WorkflowContext:
 
     def _completed(self, number: int, name: str, output: Any, started: float | None) -> None:
         self._recorded[number] = RecordedStep(number, name, StepStatus.COMPLETED, output)
-        logger.info(
+        logs.info(
+            logger,
             'workflow %s (%s) step %d "%s" completed in %.3fs',
             self._run.id,
             self._run.workflow_type,
@@ -422,12 +426,17 @@ class WorkflowContext:
             raise DeadlineExceeded(f"Workflow {self._run.id} is past its deadline {self._run.deadline.isoformat()}.")
 
 
-def _awaitable_in_sync_workflow(number: int, name: str, result: Any) -> PermanentError:
-    """An ``async def`` step given to a plain workflow: retrying cannot help, and
-    "not JSON" would hide the cause."""
+#: What a step that returned an awaitable is told, by where it was given.
+ASYNC_STEP_NEEDS_ASYNC_WORKFLOW = "an async step runs in an `async def` workflow, as `await ctx.step(...)`"
+ATOMIC_STEP_IS_SYNC = (
+    "atomic_step runs a plain function inside transaction.atomic() (an async one cannot share it); "
+    "use ctx.step for an async body"
+)
+
+
+def _awaitable_result(number: int, name: str, result: Any, advice: str) -> PermanentError:
+    """An ``async def`` body where a plain function is run: retrying cannot
+    help, and "not JSON" would hide the cause."""
     if inspect.iscoroutine(result):
         result.close()  # never awaited: no "coroutine was never awaited" warning
-    return PermanentError(
-        f"Step {number} {name!r} returned an awaitable: an async step runs in an `async def` workflow,"
-        " as `await ctx.step(...)`"
-    )
+    return PermanentError(f"Step {number} {name!r} returned an awaitable: {advice}")

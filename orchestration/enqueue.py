@@ -35,13 +35,14 @@ _OWN_ARRAYS = {"id": "unnest(%(ids)s::uuid[])", "input_data": "jsonb_array_eleme
 
 #: ON CONFLICT of a start by the scope of its key (``KeyScope``; the arbiters are
 #: the partial unique indexes of ``Workflow.Meta``): the key's first run ever, its
-#: active run, or its run not yet claimed (which takes the start's input) answers
-#: instead of a new run. The last two are race-free: the index decides, not a read.
+#: active run, or its run not yet claimed (which takes the start's input, and the
+#: concurrency key given or made of it) answers instead of a new run. The last
+#: two are race-free: the index decides, not a read.
 KEY_CONFLICTS: dict[str | None, str] = {
     None: "idempotency_key IS NOT NULL AND key_scope IS NULL DO NOTHING",
     KeyScope.ACTIVE: "key_scope = 'active' AND status IN ('pending', 'running') DO NOTHING",
     KeyScope.DEBOUNCE: "key_scope = 'debounce' AND status = 'pending' AND started_at IS NULL "
-    "DO UPDATE SET input_data = excluded.input_data",
+    "DO UPDATE SET input_data = excluded.input_data, concurrency_key = excluded.concurrency_key",
 }
 
 #: A key's active run can end between the INSERT that met it and the read of it:

@@ -7,8 +7,11 @@ index of ``workflows`` however many finished rows the table keeps.
 - why pending: the pending rows (``waits.pending_q``);
 - created since: ``idx_workflows_created``; parent: ``idx_workflows_parent``;
 - held by a worker: the running rows (``idx_workflows_running``);
-- search: the primary key (an id or its first characters), the type index, the
-  idempotency key's unique index.
+- search: the primary key (an id or its first characters), the end of an id
+  (``idx_workflows_id_tail``), the type index (an exact type, or the types
+  whose names contain the term, read from the registry and a loose index scan),
+  the idempotency key's unique index, and, for a term that names no type, the
+  error message (``idx_workflows_error_trgm``, pg_trgm: three characters or more).
 
 Every list is newest first, which each of those indexes gives in order.
 """
@@ -20,16 +23,35 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from django.db.models import Count, Q, QuerySet
+from django.db.models import Count, Q, QuerySet, TextField
+from django.db.models.functions import Cast, Reverse, Right
+from django.db.models.lookups import StartsWith
 from django.utils import timezone
 
-from . import worker_rows
+from . import stats, worker_rows
 from .conf import conf
 from .models import Workflow, WorkflowStatus, WorkflowWorker
+from .registry import registered_workflows
 from .waits import PendingReason, WaitKind, pending_q, pending_reason
 
 #: The values of "why pending": ``waits.PendingReason`` and ``waits.WaitKind``.
 PENDING_REASONS: dict[str, PendingReason | WaitKind] = {reason.value: reason for reason in (*PendingReason, *WaitKind)}
+
+
+#: Hex digits at the end of an id that ``idx_workflows_id_tail`` holds: the end of
+#: a UUIDv7 is random, where its start is a clock shared by runs started together.
+ID_TAIL = 12
+#: Hex digits of the end of an id the console shows for it.
+SHORT_ID = 8
+#: The shortest term searched for in error messages: pg_trgm indexes trigrams.
+ERROR_SEARCH_MIN = 3
+#: The index of error messages, made by migration 0011 where the server has pg_trgm.
+ERROR_INDEX = "idx_workflows_error_trgm"
+
+
+def short_id(workflow_id: Any) -> str:
+    """The end of an id, as the console shows it (and finds it by)."""
+    return str(workflow_id)[-SHORT_ID:]
 
 
 class InvalidFilter(ValueError):
@@ -46,14 +68,26 @@ def uuid_prefix_range(term: str) -> tuple[uuid.UUID, uuid.UUID] | None:
 
 
 def search_q(term: str) -> Q:
-    """An exact type, an idempotency key, or an id (or its first characters)."""
+    """An id (or its first or last characters), a type (or part of its name), an
+    idempotency key, or a part of an error message; each read through an index."""
     term = term.strip()
+    needle = term.lower()
+    # The types whose names contain it: a type no row has and no code registers finds nothing.
+    types = sorted(name for name in {*stats.workflow_types(), *registered_workflows()} if needle in name.lower())
     # A key in each of the two partial indexes that hold keys (for ever; with a scope).
-    keyed = Q(idempotency_key=term, key_scope__isnull=True) | Q(idempotency_key=term, key_scope__isnull=False)
-    condition = Q(workflow_type=term) | keyed
+    condition = Q(idempotency_key=term, key_scope__isnull=True) | Q(idempotency_key=term, key_scope__isnull=False)
+    if types:
+        condition |= Q(workflow_type__in=types)
     ids = uuid_prefix_range(term)
     if ids is not None:
         condition |= Q(pk__gte=ids[0], pk__lte=ids[1])
+        if len(needle) <= ID_TAIL and "-" not in needle:
+            condition |= Q(StartsWith(Reverse(Right(Cast("id", TextField()), ID_TAIL)), needle[::-1]))
+    # Error messages when it names no type (a type's runs are what "payout" asks for,
+    # and an index each keeps the plan simple), only through their index: without
+    # pg_trgm (migration 0011) it would read every row.
+    if not types and len(term) >= ERROR_SEARCH_MIN and stats.has_index(ERROR_INDEX):
+        condition |= Q(error_message__icontains=term)
     return condition
 
 
@@ -154,8 +188,9 @@ def rows(filters: Filters, limit: int) -> list[dict[str, Any]]:
 
 
 def details(workflow_id: uuid.UUID) -> dict[str, Any]:
-    """Everything about one workflow: its columns, steps, children by status and
-    unconsumed events. Raises ``Workflow.DoesNotExist``."""
+    """Everything about one workflow: its columns, error history, patches, the
+    run it was forked from, steps, children by status and unconsumed events.
+    Raises ``Workflow.DoesNotExist``."""
     workflow = Workflow.objects.using(conf.DATABASE).get(pk=workflow_id)
     row = {field: getattr(workflow, field) for field in SUMMARY_FIELDS}
     steps = workflow.steps.order_by("step_number").values(
@@ -169,6 +204,9 @@ def details(workflow_id: uuid.UUID) -> dict[str, Any]:
         "input_data": workflow.input_data,
         "output_data": workflow.output_data,
         "error_traceback": workflow.error_traceback,
+        "error_history": workflow.error_history or [],
+        "patches": workflow.patches,
+        "forked_from_id": workflow.forked_from_id,
         "steps": list(steps),
         "children": dict(children),
         "unconsumed_events": list(waiting_events),

@@ -122,6 +122,12 @@ class Workflow(models.Model):
     # Someone waits for this run's result (``results``): entering a finished
     # status, it is announced by the trigger of migration 0010, and only then.
     awaited = models.BooleanField(default=False, db_default=False, editable=False)
+    # The errors of its attempts, newest first, at most ``transitions.ERROR_HISTORY_LIMIT``:
+    # ``error_message`` keeps only the latest, and a success clears it.
+    # The console searches error messages through idx_workflows_error_trgm, and
+    # the ends of ids through idx_workflows_id_tail (``listing.search_q``), both
+    # made by migration 0011 in SQL.
+    error_history = models.JSONField(null=True, blank=True)
 
     class Meta:
         db_table = "workflows"

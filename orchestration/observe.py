@@ -4,7 +4,8 @@ and Prometheus counters and histograms (with ``prometheus_client``).
 
 Two decorators put them around the engine's own functions: ``attempt`` around
 ``worker.execution.execute`` and ``step`` around ``ctx.step`` and
-``ctx.atomic_step``. With neither library in use they call the function and
+``ctx.atomic_step`` (an async workflow's ``ctx.step`` of an ``async def`` body
+holds ``step_report`` across its awaits). With neither library in use they call the function and
 nothing else: the imports are tried once, and each call then costs one
 look-up of the tracer provider.
 
@@ -182,31 +183,47 @@ def step(method: F) -> F:
 
     @functools.wraps(method)
     def observed(ctx: StepContext, name: str, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
-        tracer = tracing.tracer()
-        counting = instruments()
-        if tracer is None and counting is None:
+        report = step_report(ctx, name)
+        if report is None:
             return method(ctx, name, fn, *args, **kwargs)
-        number, replayed = ctx.next_step()
-        if replayed:
+        with report:
             return method(ctx, name, fn, *args, **kwargs)
-        started = time.monotonic()
-        outcome, error = "completed", None
-        with tracing.step_span(tracer, ctx, number, name) if tracer is not None else contextlib.nullcontext() as span:
-            try:
-                return method(ctx, name, fn, *args, **kwargs)
-            except INTERRUPTIONS:
-                outcome = "interrupted"
-                raise
-            except BaseException as exc:
-                outcome, error = "failed", exc
-                raise
-            finally:
-                if span is not None:
-                    tracing.end(span, outcome, error)
-                if counting is not None and outcome != "interrupted":
-                    counting.step_ended(ctx.queue, ctx.workflow_type, outcome, time.monotonic() - started)
 
     return cast(F, observed)
+
+
+def step_report(ctx: StepContext, name: str) -> contextlib.AbstractContextManager[None] | None:
+    """The report of the step ``ctx`` runs next, to hold while it runs (the
+    async ``ctx.step`` holds it across its awaits); None when there is
+    nothing to report: no library in use, or a replayed step."""
+    tracer = tracing.tracer()
+    counting = instruments()
+    if tracer is None and counting is None:
+        return None
+    number, replayed = ctx.next_step()
+    if replayed:
+        return None
+    return _reported(ctx, number, name, tracer, counting)
+
+
+@contextlib.contextmanager
+def _reported(ctx: StepContext, number: int, name: str, tracer: Any, counting: Instruments | None) -> Iterator[None]:
+    started = time.monotonic()
+    outcome, error = "completed", None
+    with tracing.step_span(tracer, ctx, number, name) if tracer is not None else contextlib.nullcontext() as span:
+        try:
+            yield
+        except INTERRUPTIONS:
+            outcome = "interrupted"
+            raise
+        except BaseException as exc:
+            outcome, error = "failed", exc
+            raise
+        finally:
+            if span is not None:
+                tracing.end(span, outcome, error)
+            if counting is not None and outcome != "interrupted":
+                counting.step_ended(ctx.queue, ctx.workflow_type, outcome, time.monotonic() - started)
 
 
 def serve(port: int, address: str = "0.0.0.0") -> None:

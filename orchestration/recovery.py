@@ -63,9 +63,13 @@ class ReclaimReport:
 
 def _stuck(stuck_after: float) -> Any:
     """Running rows with no heartbeat for ``stuck_after`` seconds, locked (skipping rows another holds)."""
+    return _running(updated_at__lt=Now() - datetime.timedelta(seconds=stuck_after))
+
+
+def _running(**where: Any) -> Any:
     return (
         Workflow.objects.using(conf.DATABASE)
-        .filter(status=WorkflowStatus.RUNNING, updated_at__lt=Now() - datetime.timedelta(seconds=stuck_after))
+        .filter(status=WorkflowStatus.RUNNING, **where)
         .select_for_update(skip_locked=True)
         .values(*_DECIDES_ON)
     )
@@ -81,15 +85,23 @@ def reclaim_stuck(stuck_after: float | None = None, batch: int = 500) -> Reclaim
         if not try_reclaim_lock(conf.DATABASE):
             return None
         for row in _stuck(stuck_after)[:batch]:
-            lost_step = row["current_step"] + 1
-            reason = f"{WORKER_LOST}: {row['worker_id'] or 'a worker'} stopped heartbeating during step {lost_step}"
-            _reclaim(row, reason, report)
+            _reclaim(row, _lost_reason(row), report)
         report.workers_gone = worker_rows.mark_gone(stuck_after)
+        # A worker silent that long is dead, though its runs' last heartbeat (a
+        # claim made after its row's last beat) may be younger: they go back now,
+        # so no run is left running on a worker marked gone.
+        if report.workers_gone:
+            for row in _running(worker_id__in=report.workers_gone)[:batch]:
+                _reclaim(row, _lost_reason(row), report)
     for workflow_id in report.requeued:
         logger.warning("workflow %s: worker lost, requeued", workflow_id)
     for workflow_id in report.failed + report.quarantined:
         logger.error("workflow %s: worker lost, failed", workflow_id)
     return report
+
+
+def _lost_reason(row: dict[str, Any]) -> str:
+    return f"{WORKER_LOST}: {row['worker_id'] or 'a worker'} stopped heartbeating during step {row['current_step'] + 1}"
 
 
 def requeue_stuck(workflow: transitions.WorkflowRef, stuck_after: float | None = None) -> Workflow:

@@ -51,7 +51,7 @@ _COMPLETIONS = """done AS (
          AS d (id, lease, output, step, step_name, step_output, age)
     WHERE w.id = ANY(%(ids)s::uuid[]) AND w.id = d.id AND w.lease_token = d.lease
       AND w.status IS NOT DISTINCT FROM 'running'
-    RETURNING w.id, d.step, d.step_name, d.step_output, d.age
+    RETURNING w.id, w.queue, w.concurrency_key, d.step, d.step_name, d.step_output, d.age
 ), checkpoint AS (
     UPDATE workflow_steps
     SET status = 'completed', output_data = done.step_output, error_message = NULL, step_name = done.step_name,
@@ -141,6 +141,7 @@ ORDER BY hashtext(name)
 #: Planner: every lookup is an index probe: queues and keys by ``min()`` over
 #: ``idx_workflows_queue_claim`` / ``idx_workflows_key_claim``, runs ordered by
 #: ``-priority::bigint`` so that only those indexes give the order (docs/performance.md).
+#: Planner: runs completed here are counted from ``done``'s columns (joined back: every run of the queue read).
 COMPLETE_AND_CLAIM_LIMITED = (
     """
 WITH RECURSIVE """
@@ -168,7 +169,7 @@ WITH RECURSIVE """
         CASE WHEN r.paused THEN 0 ELSE GREATEST(0, LEAST({limit},
             CASE WHEN r.concurrency IS NOT NULL THEN r.concurrency
                 - (SELECT count(*) FROM workflows AS w WHERE w.status = 'running' AND w.queue = r.name)
-                + (SELECT count(*) FROM done, workflows AS w WHERE w.id = done.id AND w.queue = r.name) END,
+                + (SELECT count(*) FROM done WHERE done.queue = r.name) END,
             CASE WHEN r.rate IS NOT NULL THEN r.rate - (SELECT count(*) FROM workflow_queue_starts AS s, clock
                 WHERE s.queue = r.name AND s.started_at > clock.now - r.rate_period) END)) END AS room
     FROM rules AS r
@@ -207,8 +208,7 @@ WITH RECURSIVE """
                         CASE WHEN r.key_concurrency IS NOT NULL THEN r.key_concurrency
                             - (SELECT count(*) FROM workflows AS w
                                WHERE w.status = 'running' AND w.queue = r.name AND w.concurrency_key = turn.key)
-                            + (SELECT count(*) FROM done, workflows AS w
-                               WHERE w.id = done.id AND w.queue = r.name AND w.concurrency_key = turn.key)
+                            + (SELECT count(*) FROM done WHERE done.queue = r.name AND done.concurrency_key = turn.key)
                         END,
                         CASE WHEN r.key_rate IS NOT NULL THEN r.key_rate - (
                             SELECT count(*) FROM workflow_queue_starts AS s, clock

@@ -221,6 +221,42 @@ SELECT workflow_type FROM types WHERE workflow_type IS NOT NULL;
 """
 
 
+# The overview's outcomes per type: the seed's success rate counts a run still
+# pending or running (a wait for an approval, say) as a failure; here success is
+# of the finished runs only, beside what failed, was cancelled or is unfinished.
+OUTCOMES_SQL = """
+SELECT
+    workflow_type,
+    COUNT(*) AS total,
+    COUNT(*) FILTER (WHERE status IN ('pending', 'running')) AS unfinished,
+    COUNT(*) FILTER (WHERE status = 'completed') AS completed,
+    COUNT(*) FILTER (WHERE status = 'failed') AS failed,
+    COUNT(*) FILTER (WHERE status = 'cancelled') AS cancelled,
+    ROUND(100.0 * COUNT(*) FILTER (WHERE status = 'completed')
+          / NULLIF(COUNT(*) FILTER (WHERE status IN ('completed', 'failed', 'cancelled')), 0), 1) AS success_pct
+FROM workflows
+WHERE created_at > now() - make_interval(hours => %(hours)s)
+GROUP BY workflow_type
+ORDER BY workflow_type;
+"""
+
+# The last failures, through idx_workflows_status (status, created_at).
+RECENT_FAILURES_SQL = """
+SELECT id, workflow_type, current_step, attempts, error_message, finished_at
+FROM workflows
+WHERE status = 'failed'
+ORDER BY created_at DESC
+LIMIT %(limit)s;
+"""
+
+# Each status counted up to a cap: an index-only range of idx_workflows_status
+# per status, so a table of millions of completed rows costs as much as a small one.
+STATUS_COUNTS_SQL = """
+SELECT s.status, (SELECT COUNT(*) FROM (SELECT 1 FROM workflows w WHERE w.status = s.status LIMIT %(cap)s) c)
+FROM unnest(%(statuses)s::text[]) AS s(status);
+"""
+
+
 @dataclasses.dataclass(frozen=True)
 class HourlyOutcome:
     hour: datetime.datetime
@@ -260,6 +296,28 @@ def oldest_pending() -> dict[str, Any] | None:
     """The pending workflow created first, with its age, or None when nothing is pending."""
     rows = _run("Oldest pending workflow", OLDEST_PENDING_SQL).as_dicts()
     return rows[0] if rows else None
+
+
+def outcomes(hours: int = 24) -> Report:
+    """Runs started in the last ``hours`` per type: unfinished, completed, failed,
+    cancelled, and the success rate of the finished ones."""
+    return _run(f"Outcomes per workflow type, last {hours} hours", OUTCOMES_SQL, {"hours": hours})
+
+
+def recent_failures(limit: int = 10) -> Report:
+    """The failed workflows started last, with their errors."""
+    return _run("Recent failures", RECENT_FAILURES_SQL, {"limit": limit})
+
+
+def status_counts(statuses: list[str], cap: int) -> dict[str, int]:
+    """How many workflows are in each of ``statuses``, counted up to ``cap`` each."""
+    rows = _run("Workflows per status", STATUS_COUNTS_SQL, {"statuses": statuses, "cap": cap}).rows
+    return {status: count for status, count in rows}
+
+
+def has_index(name: str) -> bool:
+    """Whether index ``name`` exists (an optional one, such as migration 0011's pg_trgm index)."""
+    return bool(_run("Index", "SELECT to_regclass(%s) IS NOT NULL", [name]).rows[0][0])
 
 
 def workflow_types() -> list[str]:

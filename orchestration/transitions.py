@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db import IntegrityError, transaction
-from django.db.models import DurationField, F, Q, QuerySet
-from django.db.models.functions import Coalesce, Least, Now
+from django.db.models import DurationField, F, Func, JSONField, Q, QuerySet, TextField, Value
+from django.db.models.functions import Cast, Coalesce, JSONObject, Least, Now
 
 from . import sql, waits
 from .conf import conf
@@ -95,6 +95,34 @@ FRESH_RUN: dict[str, Any] = {
     "deadline": Now() + Coalesce(F("timeout"), F("deadline") - F("created_at"), output_field=DurationField()),
 }
 
+#: Errors a run keeps in ``error_history``, newest first.
+ERROR_HISTORY_LIMIT = 20
+
+
+def _recorded_error(message: str, target: WorkflowStatus) -> Func:
+    """``error_history`` with ``message`` first: when, at which attempt and step, and
+    what the run became; the oldest entries past ``ERROR_HISTORY_LIMIT`` dropped."""
+    entry = JSONObject(
+        at=Now(),
+        attempt=F("attempts"),
+        step=F("current_step") + 1,
+        status=Cast(Value(str(target)), TextField()),
+        message=Cast(Value(message), TextField()),
+    )
+    history = Func(
+        Func(entry, function="jsonb_build_array"),
+        Coalesce(F("error_history"), Value([], JSONField())),
+        template="(%(expressions)s)",
+        arg_joiner=" || ",
+        output_field=JSONField(),
+    )
+    return Func(
+        history,
+        template=f"jsonb_path_query_array(%(expressions)s, '$[0 to {ERROR_HISTORY_LIMIT - 1}]')",
+        output_field=JSONField(),
+    )
+
+
 #: States an operator can repair a workflow from (retry, retry from a step, skip a step).
 REPAIRABLE = MOVES["retry"].sources
 
@@ -110,6 +138,8 @@ def _move(rows: QuerySet[Workflow], name: str, **changes: Any) -> int:
     move = MOVES[name]
     moving = rows.filter(status__in=move.sources)
     values = {"status": move.target, "updated_at": Now(), **ENTERING.get(move.target, {}), **changes}
+    if isinstance(changes.get("error_message"), str):  # every move that records an error keeps it
+        values["error_history"] = _recorded_error(changes["error_message"], move.target)
     if move.target not in FINISHED_STATUSES:
         return moving.update(**values)
     with transaction.atomic(using=rows.db, savepoint=False):

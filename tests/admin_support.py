@@ -5,9 +5,12 @@ from __future__ import annotations
 import datetime
 from typing import Any
 
+import pytest
 from django.contrib.auth.models import Permission, User
 from django.utils import timezone
 
+from orchestration import stats, waits
+from orchestration.listing import ERROR_INDEX
 from orchestration.models import Workflow
 from tests.factories import WorkflowFactory, WorkflowStepFactory
 
@@ -72,3 +75,33 @@ def stuck_running(seconds_since_heartbeat: float = 600, **fields: Any) -> Workfl
     )
     workflow.refresh_from_db()
     return workflow
+
+
+def waiting_for_event(
+    name: str = "approval", run_after: datetime.datetime | None = None, *, woken: bool = False, **fields
+) -> Workflow:
+    """A workflow as ``ctx.wait_for_event(name)`` leaves it: pending until woken (or until
+    ``run_after``, its timeout), its step 1 waiting. ``woken``: as ``send_event`` leaves it."""
+    workflow = WorkflowFactory(
+        workflow_type="awaits_approval",
+        status="pending",
+        waiting_for=f"event: {name}",
+        run_after=None if woken else run_after or waits.WAIT_FOREVER,
+        started_at=timezone.now(),
+        **fields,
+    )
+    WorkflowStepFactory(
+        workflow=workflow,
+        step_number=1,
+        step_name=name,
+        status="pending",
+        output_data={"event": name, "timeout_at": run_after.isoformat() if run_after else None},
+        started_at=timezone.now(),
+    )
+    return workflow
+
+
+def require_error_index() -> None:
+    """Skip the test where migration 0011 made no error index: the server has no pg_trgm (some embedded builds)."""
+    if not stats.has_index(ERROR_INDEX):
+        pytest.skip("no pg_trgm on this PostgreSQL: the console's search leaves error messages out")

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import factory
 
-from orchestration.models import StepStatus, Workflow, WorkflowStatus, WorkflowStep
+from orchestration.models import StepStatus, Workflow, WorkflowStatus, WorkflowStep, WorkflowWorker
 
 
 class WorkflowFactory(factory.django.DjangoModelFactory):
@@ -24,3 +24,16 @@ class WorkflowStepFactory(factory.django.DjangoModelFactory):
     step_name = factory.LazyAttribute(lambda step: f"step {step.step_number}")
     status = StepStatus.COMPLETED
     output_data = factory.LazyAttribute(lambda step: {"step": step.step_number})
+
+
+class WorkflowWorkerFactory(factory.django.DjangoModelFactory):
+    """A worker process's row (``runworkers`` writes its own)."""
+
+    class Meta:
+        model = WorkflowWorker
+
+    id = factory.Sequence(lambda n: f"host-{n}:{1000 + n}:cafe{n:04x}")
+    host = factory.Sequence(lambda n: f"host-{n}")
+    pid = factory.Sequence(lambda n: 1000 + n)
+    concurrency = 1
+    version = "test"

@@ -8,6 +8,7 @@ those listed before it:
 - ``filters``: the list's filters; ``inlines``: a workflow's steps;
 - ``actions``: retry, restart, cancel, requeue, as the Python API does them;
 - ``forms`` and ``views``: the overview, step repairs and sending an event;
+- ``page``: the head of a run's page (its state, why, Retry / Restart / Cancel, its errors);
 - ``limits``: the list's statement timeout;
 - ``workflow_admin``: ``WorkflowAdmin``, which puts them together;
 - ``workers``: ``WorkerAdmin``, the ``runworkers`` processes and what each holds;
@@ -26,5 +27,9 @@ from .workflow_admin import WorkflowAdmin
 admin.site.register(Workflow, WorkflowAdmin)
 admin.site.register(WorkflowWorker, WorkerAdmin)
 admin.site.register(WorkflowQueue, WorkflowQueueAdmin)
+# The site's index links to the overview (a page, not a model: the app list has
+# no row for it), unless the project draws an index of its own.
+if admin.site.index_template is None:
+    admin.site.index_template = "admin/orchestration/site_index.html"
 
 __all__ = ["WorkerAdmin", "WorkflowAdmin", "WorkflowQueueAdmin"]

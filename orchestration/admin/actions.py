@@ -15,11 +15,14 @@ from django.contrib import admin, messages
 from django.contrib.admin.models import CHANGE, LogEntry
 from django.db.models import QuerySet
 from django.http import HttpRequest
+from django.utils.html import format_html, format_html_join
 
 from .. import api
 from ..conf import conf
 from ..errors import InvalidTransition
+from ..listing import short_id
 from ..models import Workflow
+from .display import change_url
 
 
 @admin.action(description="Retry selected workflows (keep completed steps)", permissions=["retry"])
@@ -86,4 +89,10 @@ def _apply(
     text = f"{len(changed)} workflow(s) {done}; {skipped} skipped"
     if skipped:
         text += f" (in the wrong state: {rule})"
-    model_admin.message_user(request, text + ".", messages.SUCCESS if changed else messages.WARNING)
+    # The filter the operator acted from may no longer show them: link to where they are now.
+    message = format_html("{}.", text)
+    if changed:
+        runs = format_html_join(", ", '<a href="{}">{}</a>', ((change_url(w.pk), short_id(w.pk)) for w in changed[:10]))
+        more = " (the first 10)" if len(changed) > 10 else ""
+        message = format_html("{} Open {}{}.", message, runs, more)
+    model_admin.message_user(request, message, messages.SUCCESS if changed else messages.WARNING)

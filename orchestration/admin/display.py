@@ -20,6 +20,7 @@ from django.utils.html import format_html
 from django.utils.http import urlencode
 from django.utils.safestring import SafeString
 
+from ..charts import format_duration
 from ..conf import conf
 from ..models import Workflow, WorkflowWorker
 from ..waits import WAIT_FOREVER, PendingReason, Wait, pending_reason
@@ -46,12 +47,14 @@ def waiting_what(waiting_for: str) -> str:
     return wait.what if wait is not None else waiting_for
 
 
-def waiting_until(run_after: datetime.datetime | None) -> SafeString | str:
+def waiting_until(run_after: datetime.datetime | None, *, prefix: str = "until ") -> SafeString | str:
+    """How long a wait lasts at most: its timer, or the time limit of its event or
+    children (``run_after``); ``prefix`` goes before a moment, or "woken"."""
     if run_after is None:
         return "woken: due now"
     if run_after >= WAIT_FOREVER:
-        return "until woken"
-    return format_html("until {}", timestamp(run_after))
+        return f"{prefix}woken" if prefix else "until woken (no time limit)"
+    return format_html("{}{}", prefix, timestamp(run_after))
 
 
 def pending_label(workflow: Workflow) -> SafeString:
@@ -93,7 +96,8 @@ def pretty_json(value: Any, limit: int = JSON_DISPLAY_LIMIT) -> SafeString:
 
 
 def timestamp(value: datetime.datetime | None, *, two_lines: bool = False) -> SafeString | str:
-    """A moment to the second, in the current time zone (the admin's default drops seconds)."""
+    """A moment to the second, in the current time zone, which it names (the
+    admin's default drops seconds, and the zone)."""
     if value is None:
         return "—"
     local = timezone.localtime(value)
@@ -102,7 +106,22 @@ def timestamp(value: datetime.datetime | None, *, two_lines: bool = False) -> Sa
         local.isoformat(),
         local.strftime("%Y-%m-%d"),
         SafeString("<br>") if two_lines else " ",
-        local.strftime("%H:%M:%S"),
+        local.strftime("%H:%M:%S %Z"),
+    )
+
+
+def zoned(value: datetime.datetime) -> str:
+    """A moment as plain text, with its zone: for a title attribute."""
+    return timezone.localtime(value).strftime("%Y-%m-%d %H:%M:%S %Z")
+
+
+def ago(value: datetime.datetime | None, now: datetime.datetime | None = None) -> SafeString | str:
+    """How long ago ``value`` was ("3 min ago"), the moment itself, with its zone, on hover."""
+    if value is None:
+        return "—"
+    seconds = ((now or timezone.now()) - value).total_seconds()
+    return format_html(
+        '<time datetime="{}" title="{}">{} ago</time>', value.isoformat(), zoned(value), format_duration(seconds)
     )
 
 

@@ -21,16 +21,17 @@ class WorkflowStepInline(admin.TabularInline):
     model = WorkflowStep
     extra = 0
     can_delete = False
+    # The repairs beside the status, where a narrow page still shows them.
     fields = (
         "number",
         "name",
         "step_status",
+        "repair",
         "started",
         "completed",
         "duration",
         "output",
         "error_message",
-        "repair",
     )
     readonly_fields = fields
     ordering = ("step_number",)

@@ -9,10 +9,11 @@ from django.http import HttpRequest
 
 
 class ReadOnlyConsole:
-    """A ``ModelAdmin`` mixin: the console's stylesheet, and no add, change or delete."""
+    """A ``ModelAdmin`` mixin: the console's stylesheet and live refresh, and no add, change or delete."""
 
     class Media:
         css = {"all": ("orchestration/admin.css",)}
+        js = ("orchestration/live.js",)
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False

@@ -13,6 +13,7 @@ Each view checks its model permission, changes state only through
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 from collections.abc import Callable, Mapping, Sequence
@@ -25,16 +26,19 @@ from django.contrib.admin.utils import quote, unquote
 from django.core.exceptions import PermissionDenied
 from django.db import OperationalError
 from django.db.models.options import Options
-from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect, QueryDict
 from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils import timezone
+from django.utils.http import urlencode
 
-from .. import api, charts, flow, stats, transitions
+from .. import api, charts, flow, stats, transitions, worker_rows
+from ..conf import conf
 from ..errors import InvalidTransition, InvalidWorkflowInput
-from ..models import FINISHED_STATUSES, StepStatus, Workflow, WorkflowStep
+from ..listing import short_id
+from ..models import FINISHED_STATUSES, StepStatus, Workflow, WorkflowStep, WorkflowWorker
 from ..waits import WaitKind, awaited_event
-from .display import change_url, changelist_url, queue_url
+from .display import ago, change_url, changelist_url, queue_url, worker_url
 from .forms import SendEventForm, SkipStepForm
 
 logger = logging.getLogger(__name__)
@@ -46,8 +50,14 @@ REPORT_TIME_LIMIT = 10.0
 #: Stuck workflows listed on the overview; the rest are counted, and the list links to them all.
 STUCK_ROWS_SHOWN = 20
 
-#: Dead tuples, in percent of a table, from which the overview flags it.
+#: Dead tuples, in percent of a table, from which the overview flags it...
 DEAD_TUPLES_WARNING_PCT = 20
+#: ...when they are that many too: a fresh table with a few updated rows and no
+#: autovacuum yet is all dead tuples in percent, and healthy.
+DEAD_TUPLES_WARNING_MIN = 10_000
+
+#: Failed workflows listed on the overview.
+RECENT_FAILURES_SHOWN = 10
 
 
 class WorkflowConsole(Protocol):
@@ -63,6 +73,7 @@ class WorkflowConsole(Protocol):
     def opts(self) -> Options[Any]: ...
     def has_view_permission(self, request: HttpRequest) -> bool: ...
     def has_retry_permission(self, request: HttpRequest) -> bool: ...
+    def has_cancel_permission(self, request: HttpRequest) -> bool: ...
     def has_send_event_permission(self, request: HttpRequest) -> bool: ...
     def get_object(self, request: HttpRequest, object_id: str) -> Workflow | None: ...
     def get_list_display(self, request: HttpRequest) -> Sequence[Any]: ...
@@ -71,9 +82,12 @@ class WorkflowConsole(Protocol):
     def log_change(self, request: HttpRequest, obj: Workflow, message: str) -> Any: ...
 
 
-def _column_index(model_admin: WorkflowConsole, request: HttpRequest, column: str) -> str:
-    """The list's ``o`` parameter that sorts on ``column``, as this user's list numbers its columns."""
-    columns = list(model_admin.get_list_display(request))
+def _column_index(model_admin: WorkflowConsole, request: HttpRequest, column: str, **filters: str) -> str:
+    """The list's ``o`` parameter that sorts on ``column``, as this user's list, with
+    ``filters``, numbers its columns."""
+    listing = copy.copy(request)
+    listing.GET = QueryDict(urlencode(filters))
+    columns = list(model_admin.get_list_display(listing))
     if model_admin.get_actions(request):
         columns.insert(0, "action_checkbox")
     return str(columns.index(column))
@@ -94,10 +108,37 @@ def _bounded(report: Callable[..., Any], *args: Any) -> tuple[Any, str | None]:
         )
 
 
+def needs_vacuum(health: Mapping[str, Any]) -> bool:
+    """Whether a table's dead tuples (a row of ``stats.table_health``) are many and a large part of it."""
+    dead_pct = health["dead_pct"] or 0
+    return dead_pct >= DEAD_TUPLES_WARNING_PCT and health["dead_tuples"] >= DEAD_TUPLES_WARNING_MIN
+
+
+def _live_workers() -> list[dict[str, Any]]:
+    """The live ``runworkers`` processes, each with how many runs it holds and a link."""
+    now = timezone.now()
+    found = list(WorkflowWorker.objects.using(conf.DATABASE).filter(worker_rows.live_q()).order_by("-started_at"))
+    held = worker_rows.held_counts([worker.pk for worker in found])
+    return [
+        {
+            "id": worker.pk,
+            "url": worker_url(worker.pk),
+            "queues": ", ".join(worker.queues) if worker.queues else "every queue",
+            "concurrency": worker.concurrency,
+            "holds": held.get(worker.pk, 0),
+            "holds_url": changelist_url(worker=worker.pk),
+            "seen": ago(worker.last_seen_at, now),
+        }
+        for worker in found
+    ]
+
+
 def overview(model_admin: WorkflowConsole, request: HttpRequest) -> HttpResponse:
     if not model_admin.has_view_permission(request):
         raise PermissionDenied
-    success, success_problem = _bounded(stats.success_rate)
+    success, success_problem = _bounded(stats.outcomes)
+    failures, failures_problem = _bounded(stats.recent_failures, RECENT_FAILURES_SHOWN)
+    workers, workers_problem = _bounded(_live_workers)
     stuck, stuck_problem = _bounded(stats.stuck_workflows)
     durations, durations_problem = _bounded(stats.recent_step_durations)
     depth, depth_problem = _bounded(stats.queue_depth)
@@ -112,10 +153,23 @@ def overview(model_admin: WorkflowConsole, request: HttpRequest) -> HttpResponse
         "title": "Workflow overview",
         "opts": model_admin.opts,
         "success": [
-            {**row, "url": changelist_url(workflow_type=row["workflow_type"])}
+            {
+                **row,
+                "url": changelist_url(workflow_type=row["workflow_type"]),
+                "failed_url": changelist_url(workflow_type=row["workflow_type"], status__exact="failed"),
+            }
             for row in (success.as_dicts() if success else [])
         ],
         "success_problem": success_problem,
+        "failures": [
+            {**row, "url": change_url(row["id"]), "short_id": short_id(row["id"]), "when": ago(row["finished_at"], now)}
+            for row in (failures.as_dicts() if failures else [])
+        ],
+        "failures_url": changelist_url(status__exact="failed"),
+        "failures_problem": failures_problem,
+        "workers": workers or [],
+        "workers_url": reverse("admin:orchestration_workflowworker_changelist"),
+        "workers_problem": workers_problem,
         "stuck": [
             {
                 **row,
@@ -125,7 +179,9 @@ def overview(model_admin: WorkflowConsole, request: HttpRequest) -> HttpResponse
             for row in (stuck.as_dicts()[:STUCK_ROWS_SHOWN] if stuck else [])
         ],
         "stuck_total": len(stuck.rows) if stuck else 0,
-        "stuck_list_url": changelist_url(status__exact="running", o=_column_index(model_admin, request, "heartbeat")),
+        "stuck_list_url": changelist_url(
+            status__exact="running", o=_column_index(model_admin, request, "heartbeat", status__exact="running")
+        ),
         "stuck_problem": stuck_problem,
         "durations": durations.as_dicts() if durations else [],
         "recent_workflows": f"{stats.RECENT_WORKFLOWS:,}",
@@ -135,6 +191,7 @@ def overview(model_admin: WorkflowConsole, request: HttpRequest) -> HttpResponse
                 **row,
                 "url": changelist_url(queue=row["queue"], status__exact="pending"),
                 "waiting_url": changelist_url(queue=row["queue"], pending="waiting"),
+                "oldest_label": ago(row["oldest_pending"], now),
             }
             for row in (depth.as_dicts() if depth else [])
         ],
@@ -161,11 +218,19 @@ def overview(model_admin: WorkflowConsole, request: HttpRequest) -> HttpResponse
         "waiting_url": changelist_url(pending="waiting"),
         "waiting_problem": waiting_problem,
         "chart": charts.hourly_bar_chart(
-            [(timezone.localtime(bucket.hour), bucket.completed, bucket.failed) for bucket in hourly or []]
+            [(timezone.localtime(bucket.hour), bucket.completed, bucket.failed) for bucket in hourly or []],
+            group_width=48,
         ),
+        "zone": timezone.localtime(now).strftime("%Z"),
         "hourly_problem": hourly_problem,
         "health": [
-            {**row, "warn": (row["dead_pct"] or 0) >= DEAD_TUPLES_WARNING_PCT}
+            {
+                **row,
+                "warn": needs_vacuum(row),
+                "last_autovacuum_label": ago(row["last_autovacuum"], now) if row["last_autovacuum"] else "never",
+                "last_vacuum_label": ago(row["last_vacuum"], now) if row["last_vacuum"] else "never",
+                "last_autoanalyze_label": ago(row["last_autoanalyze"], now) if row["last_autoanalyze"] else "never",
+            }
             for row in (health.as_dicts() if health else [])
         ],
         "health_problem": health_problem,
@@ -177,6 +242,7 @@ def overview(model_admin: WorkflowConsole, request: HttpRequest) -> HttpResponse
         },
         "oldest_problem": oldest_problem,
         "dead_warning_pct": DEAD_TUPLES_WARNING_PCT,
+        "dead_warning_min": f"{DEAD_TUPLES_WARNING_MIN:,}",
     }
     return TemplateResponse(request, "admin/orchestration/workflow/overview.html", context)
 

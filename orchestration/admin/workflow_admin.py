@@ -26,13 +26,13 @@ from django.utils.safestring import SafeString
 
 from .. import charts
 from ..conf import conf
-from ..listing import search_q
+from ..listing import search_q, short_id
 from ..models import FINISHED_STATUSES, StepStatus, Workflow, WorkflowStatus, WorkflowStep
 from ..pagination import EstimatedCountPaginator
-from ..waits import WAIT_FOREVER
 from .actions import cancel_workflows, requeue_stuck_workflows, restart_workflows, retry_workflows
 from .display import (
     MAX_STEPS_SHOWN,
+    ago,
     change_url,
     changelist_url,
     pending_label,
@@ -44,12 +44,17 @@ from .display import (
     waiting_what,
     worker_link,
 )
-from .filters import ParentFilter, PendingFilter, QueueFilter, WorkerFilter, WorkflowTypeFilter
+from .filters import ParentFilter, PendingFilter, QueueFilter, StatusFilter, WorkerFilter, WorkflowTypeFilter
 from .fork import fork, fork_context
 from .inlines import WorkflowStepInline
 from .limits import time_limited
+from .page import run_action, step_at_fault, summary
 from .readonly import ReadOnlyConsole
 from .views import overview, retry_from_step, send_event, send_event_context, skip_step
+
+
+def _running_only(request: HttpRequest) -> bool:
+    return request.GET.get("status__exact") == WorkflowStatus.RUNNING
 
 
 def _step_count(**conditions: Any) -> Coalesce:
@@ -87,7 +92,7 @@ class WorkflowChangeList(ChangeList):
     def get_queryset(self, request: HttpRequest, exclude_parameters: Any = None) -> QuerySet[Workflow]:
         queryset = super().get_queryset(request, exclude_parameters)
         # The list shows neither payloads nor tracebacks, which can be large.
-        return queryset.defer("input_data", "output_data", "error_traceback").annotate(
+        return queryset.defer("input_data", "output_data", "error_traceback", "error_history").annotate(
             completed_steps=_step_count(status=StepStatus.COMPLETED), steps_seen=_step_count()
         )
 
@@ -96,20 +101,12 @@ class WorkflowAdmin(ReadOnlyConsole, admin.ModelAdmin):
     """Every workflow, read only: the console changes a row only through ``orchestration.api``
     (the actions, the step repairs, sending an event), never by saving a form."""
 
-    list_display = (
-        "short_id",
-        "workflow_type",
-        "status_label",
-        "queue",
-        "progress",
-        "attempts_label",
-        "created",
-        "heartbeat",
-        "duration",
-    )
+    # Fits 1280 px: the end of the id, one line of error; a queue other than the
+    # default under the type, attempts past the first under the progress.
+    list_display = ("short_id", "status_label", "type_label", "progress", "last_error", "created", "duration")
     list_display_links = ("short_id",)
     list_filter = (
-        "status",
+        StatusFilter,
         PendingFilter,
         WorkflowTypeFilter,
         QueueFilter,
@@ -119,7 +116,10 @@ class WorkflowAdmin(ReadOnlyConsole, admin.ModelAdmin):
     )
     # Replaced by get_search_results; declared so the search box shows.
     search_fields = ("=id", "=workflow_type", "=idempotency_key")
-    search_help_text = "An id (or its first characters), an exact type, or an idempotency key."
+    search_help_text = (
+        "An id, its first characters or its last (the 8 the list shows), a type or part of its name, "
+        "an idempotency key, or else words of an error message (3 characters or more)."
+    )
     fieldsets = (
         (
             None,
@@ -127,21 +127,20 @@ class WorkflowAdmin(ReadOnlyConsole, admin.ModelAdmin):
                 "fields": (
                     ("workflow_type", "status_label"),
                     ("queue", "priority"),
-                    ("attempts_label", "current_step"),
+                    ("attempts_label", "steps_label"),
                     ("idempotency_key", "worker"),
                 )
             },
         ),
         ("Waiting", {"fields": (("waiting_label", "waiting_until_label"),)}),
         ("Parent and children", {"fields": (("parent_link", "children_label"),)}),
-        ("Error", {"fields": ("error_message",)}),
         ("Traceback", {"fields": ("traceback",), "classes": ("collapse",)}),
         ("Timeline", {"fields": ("timeline",)}),
         (
             "Timing",
             {
                 "fields": (
-                    ("created", "run_after_at"),
+                    ("created_moment", "run_after_at"),
                     ("started", "finished"),
                     ("updated", "heartbeat"),
                     ("duration", "deadline_at"),
@@ -156,7 +155,6 @@ class WorkflowAdmin(ReadOnlyConsole, admin.ModelAdmin):
     optional_fieldsets: dict[str, Callable[[Workflow], Any]] = {
         "Waiting": lambda workflow: workflow.status == WorkflowStatus.PENDING and workflow.waiting_for,
         "Parent and children": lambda workflow: workflow.parent_id or _children_by_status(workflow),
-        "Error": lambda workflow: workflow.error_message,
         "Traceback": lambda workflow: workflow.error_traceback,
         "Versions": lambda workflow: workflow.patches or workflow.forked_from_id,
     }
@@ -183,9 +181,15 @@ class WorkflowAdmin(ReadOnlyConsole, admin.ModelAdmin):
         return request.user.has_perm("orchestration.retry_workflow")
 
     def get_sortable_by(self, request: HttpRequest) -> Any:
-        if request.GET.get("status__exact") == WorkflowStatus.RUNNING:
+        if _running_only(request):
             return (*self.sortable_by, "heartbeat")
         return self.sortable_by
+
+    def get_list_display(self, request: HttpRequest) -> Any:
+        # Running runs are watched by their heartbeat, the stuck first.
+        if _running_only(request):
+            return (*self.list_display[:-1], "heartbeat", self.list_display[-1])
+        return self.list_display
 
     def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> HttpResponse:
         return time_limited(self, request, lambda: super(WorkflowAdmin, self).changelist_view(request, extra_context))
@@ -200,7 +204,7 @@ class WorkflowAdmin(ReadOnlyConsole, admin.ModelAdmin):
 
     # -- the list
 
-    created = timestamp_column("created_at", "created")
+    created_moment = timestamp_column("created_at", "created")
     deadline_at = timestamp_column("deadline", "deadline")
     started = timestamp_column("started_at", "started")
     finished = timestamp_column("finished_at", "finished")
@@ -218,10 +222,24 @@ class WorkflowAdmin(ReadOnlyConsole, admin.ModelAdmin):
         return queryset.filter(search_q(term)), False
 
     @admin.display(description="id", ordering="id")
-    def short_id(self, obj: Workflow) -> str:
-        # Whole: ids are UUIDv7 (enqueue.time_ordered_uuid), whose first characters
+    def short_id(self, obj: Workflow) -> SafeString:
+        # The end: ids are UUIDv7 (enqueue.time_ordered_uuid), whose first characters
         # are a clock, the same for every workflow started in the same minute.
-        return str(obj.pk)
+        return format_html('<span class="orch-id" title="{}">{}</span>', obj.pk, short_id(obj.pk))
+
+    @admin.display(description="age", ordering="created_at")
+    def created(self, obj: Workflow) -> SafeString | str:
+        return ago(obj.created_at)
+
+    @admin.display(description="last error")
+    def last_error(self, obj: Workflow) -> SafeString | str:
+        if not obj.error_message:
+            return ""
+        return format_html(
+            '<span class="orch-error-line" title="{}">{}</span>',
+            obj.error_message[:1000],
+            obj.error_message.strip().splitlines()[0][:200] if obj.error_message.strip() else "",
+        )
 
     @admin.display(description="status", ordering="status")
     def status_label(self, obj: Workflow) -> SafeString:
@@ -229,15 +247,36 @@ class WorkflowAdmin(ReadOnlyConsole, admin.ModelAdmin):
             return pending_label(obj)
         return status_badge(obj.status, obj.error_message)
 
+    @admin.display(description="type", ordering="workflow_type")
+    def type_label(self, obj: Workflow) -> SafeString:
+        if obj.queue == "default":
+            return format_html("{}", obj.workflow_type)
+        return format_html('{}<span class="orch-why">queue {}</span>', obj.workflow_type, obj.queue)
+
     @admin.display(description="progress")
     def progress(self, obj: Workflow) -> SafeString:
         # Annotated by WorkflowChangeList: two index lookups per listed row.
         done, seen = getattr(obj, "completed_steps"), getattr(obj, "steps_seen")  # noqa: B009
-        return format_html('<span title="completed steps / steps seen">{} / {}</span>', done, seen)
+        steps = format_html('<span title="completed steps / steps seen">{} / {}</span>', done, seen)
+        if obj.attempts <= 1:
+            return steps
+        return format_html('{}<span class="orch-why">attempt {} of {}</span>', steps, obj.attempts, obj.max_retries + 1)
 
     @admin.display(description="attempts", ordering="attempts")
     def attempts_label(self, obj: Workflow) -> str:
-        return f"{obj.attempts} / {obj.max_retries + 1}"
+        allowed = f"{obj.attempts} spent of {obj.max_retries + 1}"
+        if obj.status == WorkflowStatus.PENDING and obj.waiting_for:
+            return f"{allowed} (a wait spends none)"
+        return allowed
+
+    @admin.display(description="steps")
+    def steps_label(self, obj: Workflow) -> SafeString | str:
+        step = step_at_fault(obj)
+        done = f"{obj.current_step} completed"
+        if step is None:
+            return done
+        doing = {"failed": "failed at", "running": "running", "pending": "waiting at"}.get(str(step.status), "at")
+        return format_html("{}; {} step {} ({})", done, doing, step.step_number, step.step_name)
 
     @admin.display(description="last heartbeat", ordering="updated_at")
     def heartbeat(self, obj: Workflow) -> SafeString | str:
@@ -257,11 +296,12 @@ class WorkflowAdmin(ReadOnlyConsole, admin.ModelAdmin):
 
     # -- the workflow page
 
-    @admin.display(description="run after")
+    @admin.display(description="due at")
     def run_after_at(self, obj: Workflow) -> SafeString | str:
-        if obj.run_after is not None and obj.run_after >= WAIT_FOREVER:
-            return "— (until woken by an event or a child)"
-        return timestamp(obj.run_after)
+        # A wait's run_after is its time limit, which the waiting block says.
+        if obj.status != WorkflowStatus.PENDING or obj.waiting_for:
+            return "—"
+        return timestamp(obj.run_after) if obj.run_after else "now"
 
     @admin.display(description="waits for")
     def waiting_label(self, obj: Workflow) -> str:
@@ -269,11 +309,16 @@ class WorkflowAdmin(ReadOnlyConsole, admin.ModelAdmin):
 
     @admin.display(description="until")
     def waiting_until_label(self, obj: Workflow) -> SafeString | str:
-        return waiting_until(obj.run_after)
+        return waiting_until(obj.run_after, prefix="")
 
     @admin.display(description="worker")
     def worker(self, obj: Workflow) -> SafeString | str:
-        return worker_link(obj.worker_id)
+        # worker_id stays on a row after its run ends: only a running run is held.
+        if obj.status == WorkflowStatus.RUNNING:
+            return worker_link(obj.worker_id)
+        if obj.worker_id:
+            return format_html("none (last run by {})", worker_link(obj.worker_id))
+        return "none"
 
     @admin.display(description="parent")
     def parent_link(self, obj: Workflow) -> SafeString | str:
@@ -360,6 +405,11 @@ class WorkflowAdmin(ReadOnlyConsole, admin.ModelAdmin):
             path(f"{steps}/skip/", wrap(self.skip_step_view), name="orchestration_workflow_skip_step"),
             path("<path:object_id>/send-event/", wrap(self.send_event_view), name="orchestration_workflow_send_event"),
             path("<path:object_id>/fork/", wrap(self.fork_view), name="orchestration_workflow_fork"),
+            path(
+                "<path:object_id>/run/<str:action>/",
+                wrap(self.run_action_view),
+                name="orchestration_workflow_run_action",
+            ),
             *super().get_urls(),
         ]
 
@@ -378,6 +428,9 @@ class WorkflowAdmin(ReadOnlyConsole, admin.ModelAdmin):
     def fork_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
         return fork(self, request, object_id)
 
+    def run_action_view(self, request: HttpRequest, object_id: str, action: str) -> HttpResponse:
+        return run_action(self, request, object_id, action)
+
     def render_change_form(
         self,
         request: HttpRequest,
@@ -389,4 +442,5 @@ class WorkflowAdmin(ReadOnlyConsole, admin.ModelAdmin):
     ) -> HttpResponse:
         context.update(send_event_context(self, request, obj))
         context.update(fork_context(self, request, obj))
+        context.update(summary(self, request, obj))
         return super().render_change_form(request, context, add, change, form_url, obj)

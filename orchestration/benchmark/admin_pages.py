@@ -203,11 +203,11 @@ class AdminBenchmark:
             ("newest first", {}),
             ("page 2", {"p": "2"}),
             ("page 100", {"p": "100"}),
-            ("oldest first", {"o": "7"}),
+            ("oldest first", {"o": "6"}),
             ("status = failed", {"status__exact": "failed"}),
             ("status = cancelled", {"status__exact": "cancelled"}),
             ("status = pending", {"status__exact": "pending"}),
-            ("running, by heartbeat", {"status__exact": "running", "o": "8"}),
+            ("running, by heartbeat", {"status__exact": "running", "o": "7"}),
             ("pending: due now", {"pending": "due"}),
             ("pending: waiting for an event", {"pending": "event"}),
             ("pending: retrying", {"pending": "retrying"}),
@@ -224,6 +224,9 @@ class AdminBenchmark:
             ("search: whole id", {"q": samples["failed"]}),
             ("search: type", {"q": "payout"}),
             ("search: idempotency key", {"q": samples["key"]}),
+            ("search: id suffix (8)", {"q": samples["failed"][-8:]}),
+            ("search: part of a type", {"q": "yout"}),
+            ("search: error text", {"q": "unreachable"}),
         ]
 
     def _time_everything(self) -> list[Timing]:

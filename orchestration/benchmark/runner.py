@@ -28,6 +28,7 @@ import psycopg
 from orchestration import start_workflow, start_workflows
 
 from . import limit, results
+from .cpu import CpuMeter, server_backends
 from .figures import Figure
 from .internals import claim_sql_for_explain, queue_database
 from .scratch import ScratchDatabase
@@ -43,6 +44,11 @@ ON CONFLICT (name) DO UPDATE SET concurrency = excluded.concurrency, key_concurr
 """
 #: Keys of the per-key measurement, each limited to one run at a time.
 KEYS = 100
+#: A concurrency limit no run of a measurement reaches: what flow control costs when it does not bind.
+NOT_BINDING = 10_000
+#: What ``Options.only`` may name: the drains of each round, then the phases around them.
+MEASUREMENTS = ("limit_1", "one_step", "loaded", "limit_3", "multi_step", "backlog", "concurrency_limit", "key_limit",
+                "limit_not_binding", "single_enqueue", "latency", "results", "rss")  # fmt: skip
 
 
 @dataclass
@@ -63,6 +69,11 @@ class Options:
     vacuum_every: float = 0
     #: Measure flow control's limits too (a third database and its workers).
     flow_control: bool = True
+    #: Only these measurements (``MEASUREMENTS``; empty: all of them).
+    only: list[str] = field(default_factory=list)
+
+    def wants(self, name: str) -> bool:
+        return not self.only or name in self.only
 
 
 class Benchmark:
@@ -74,6 +85,8 @@ class Benchmark:
         self.say = say
         self.figures: dict[str, Figure] = {}
         self.samples: dict[str, list[float]] = {}
+        #: The worker processes' pids, by scratch database label.
+        self.worker_pids: dict[str, list[int]] = {}
         self.plan: list[str] = []
         self.server: dict[str, str] = {}
         self.log_dir = Path(tempfile.mkdtemp(prefix="orchestration-benchmark-"))
@@ -97,15 +110,21 @@ class Benchmark:
             self.say(f"scratch databases {self.empty.name}, {self.loaded.name}; worker logs in {self.log_dir}")
             self.server = self.empty.server_facts()
             stop_vacuum = self._vacuum_in_background()
-            self._enqueue_single()
-            self._load_finished_rows()
+            if opts.wants("single_enqueue"):
+                self._enqueue_single()
+            if opts.wants("loaded"):
+                self._load_finished_rows()
             if flow_control:  # before its workers start, so that they claim with the limit-aware statement
                 self._limit(concurrency=opts.processes * opts.threads)
             with (
                 Workers(self.empty, opts.processes, opts.threads, opts.worker_args, self.log_dir, "empty") as empty,
-                Workers(self.loaded, opts.processes, opts.threads, opts.worker_args, self.log_dir, "loaded"),
-                Workers(self.limited, limited_processes, opts.threads, opts.worker_args, self.log_dir, "limited"),
+                Workers(self.loaded, opts.processes, opts.threads, opts.worker_args, self.log_dir, "loaded") as loaded,
+                Workers(
+                    self.limited, limited_processes, opts.threads, opts.worker_args, self.log_dir, "limited"
+                ) as limited,
             ):
+                for workers in (empty, loaded, limited):
+                    self.worker_pids[workers.database.label] = [process.pid for process in workers.processes]
                 for round_number in range(1, opts.repeat + 1):
                     self.say(f"round {round_number} of {opts.repeat}")
                     measurements = self._round()
@@ -113,14 +132,18 @@ class Benchmark:
                         measurements.reverse()
                     for name, measure in measurements:
                         self.samples.setdefault(name, []).append(measure())
-                self._latency()
-                self._result_waits()
+                if opts.wants("latency"):
+                    self._latency()
+                if opts.wants("results"):
+                    self._result_waits()
                 self._figures_from(self.samples)
-                self._hot_updates()
+                if not opts.only:
+                    self._hot_updates()
                 self.figures["worker_rss"] = Figure(
                     "peak RSS of a worker process", max(empty.peak_rss_mb()), "MB", samples=empty.peak_rss_mb()
                 )
-            self._rss_at_concurrency()
+            if opts.wants("rss"):
+                self._rss_at_concurrency()
             stop_vacuum()
         return list(self.figures.values())
 
@@ -149,40 +172,51 @@ class Benchmark:
         opts = self.options
         conninfo = self.empty.conninfo()
         concurrency = dict(processes=opts.processes, threads=opts.threads)
-        return [
+        measurements = [
             ("limit_1", lambda: limit.measure(conninfo, jobs=opts.workflows, variant="one_transaction", **concurrency)),
-            ("one_step", lambda: self._drain(self.empty, opts.workflows, 1)),
-            ("loaded", lambda: self._drain(self.loaded, opts.workflows, 1)),
+            ("one_step", lambda: self._drain(self.empty, opts.workflows, 1, measured="one_step")),
+            ("loaded", lambda: self._drain(self.loaded, opts.workflows, 1, measured="loaded")),
             (
                 "limit_3",
                 lambda: limit.measure(conninfo, jobs=opts.workflows, variant="three_transactions", **concurrency),
             ),
-            ("multi_step", lambda: self._drain(self.empty, opts.workflows, opts.steps)),
-            ("backlog", lambda: self._drain(self.empty, opts.backlog, 1, enqueue_key="bulk_enqueue")),
-            ("concurrency_limit", lambda: self._drain_limited(concurrency=opts.processes * opts.threads)),
-            ("key_limit", lambda: self._drain_limited(key_concurrency=1)),
-        ][: None if opts.flow_control else -2]
+            ("multi_step", lambda: self._drain(self.empty, opts.workflows, opts.steps, measured="multi_step")),
+            (
+                "backlog",
+                lambda: self._drain(self.empty, opts.backlog, 1, enqueue_key="bulk_enqueue", measured="backlog"),
+            ),
+            (
+                "concurrency_limit",
+                lambda: self._drain_limited("concurrency_limit", concurrency=opts.processes * opts.threads),
+            ),
+            ("key_limit", lambda: self._drain_limited("key_limit", key_concurrency=1)),
+            ("limit_not_binding", lambda: self._drain_limited("limit_not_binding", concurrency=NOT_BINDING)),
+        ][: None if opts.flow_control else -3]
+        return [(name, measure) for name, measure in measurements if opts.wants(name)]
 
     def _figures_from(self, samples: dict[str, list[float]]) -> None:
         opts = self.options
         median = {name: statistics.median(values) for name, values in samples.items()}
 
         def add(key: str, metric: str, unit: str, ratio_of: str | None = None, target: Any = None) -> None:
-            ratio = median[key] / median[ratio_of] if ratio_of else None
+            if key not in median:
+                return
+            ratio = median[key] / median[ratio_of] if ratio_of in median else None
             label = self.figures[ratio_of].metric if ratio_of and ratio_of in self.figures else ratio_of
             self.figures[key] = Figure(metric, median[key], unit, label, ratio, target, samples[key])
+            self._cpu_figures(key, samples)
 
         concurrency = f"{opts.processes} processes x {opts.threads} threads"
         add("limit_1", f"limit: psycopg loop, 1 transaction a job ({concurrency})", "jobs/s")
         add("limit_3", "limit: psycopg loop, 3 transactions a job", "jobs/s")
-        add("bulk_enqueue", f"enqueue, start_workflows() of {opts.backlog}", "workflows/s", target=(">=", 20000))
-        add("one_step", "one-step workflows, runworkers", "workflows/s", "limit_1", (">=", 0.40))
+        add("bulk_enqueue", f"enqueue, start_workflows() of {opts.backlog}", "workflows/s", target=(">=", 30000))
+        add("one_step", "one-step workflows, runworkers", "workflows/s", "limit_1", (">=", 0.55))
         add(
             "multi_step",
             f"{opts.steps}-step workflows, runworkers",
             "workflows/s",
             "limit_3",
-            (">=", 0.35) if opts.steps == 3 else None,
+            (">=", 0.50) if opts.steps == 3 else None,
         )
         add("backlog", f"one-step, draining a {opts.backlog} backlog", "workflows/s", "one_step", (">=", 0.95))
         add(
@@ -198,6 +232,8 @@ class Benchmark:
         add("concurrency_limit", f"one-step, queue concurrency {threads} (= threads)", "workflows/s", "one_step",
             (">=", 0.80))  # fmt: skip
         add("key_limit", f"one-step, {KEYS} keys of key_concurrency 1", "workflows/s", "one_step", (">=", 0.60))
+        add("limit_not_binding", f"one-step, queue concurrency {NOT_BINDING} (not binding)", "workflows/s", "one_step",
+            (">=", 0.95))  # fmt: skip
 
     # -- phases ----------------------------------------------------------------
 
@@ -241,13 +277,25 @@ class Benchmark:
     def _limit(self, concurrency: int | None = None, key_concurrency: int | None = None) -> None:
         self.limited.execute(SET_LIMITS, {"concurrency": concurrency, "key_concurrency": key_concurrency})
 
-    def _drain_limited(self, concurrency: int | None = None, key_concurrency: int | None = None) -> float:
+    def _cpu_figures(self, key: str, samples: dict[str, list[float]]) -> None:
+        """The CPU a workflow of drain ``key``, beside its rate: the worker processes', PostgreSQL's."""
+        for side, label in (("workers", "worker processes"), ("server", "PostgreSQL backends")):
+            values = samples.get(f"{key}_cpu_{side}")
+            metric = f"  CPU a workflow ({key}), {label}"
+            if values:
+                self.figures[f"{key}_cpu_{side}"] = Figure(metric, statistics.median(values), "µs", samples=values)
+            elif side == "server" and f"{key}_cpu_workers" in samples:
+                self.figures[f"{key}_cpu_{side}"] = Figure(f"{metric}: n/a, not on this machine", 0.0, "µs")
+
+    def _drain_limited(
+        self, measured: str, concurrency: int | None = None, key_concurrency: int | None = None
+    ) -> float:
         """A one-step drain on the "limited" database under these limits (with
         ``key_concurrency``, the workflows spread over ``KEYS`` keys in turn).
         Its workers read the limits in each claim: a change applies at once."""
         self._limit(concurrency, key_concurrency)
         keys = [f"key-{n % KEYS}" for n in range(self.options.workflows)] if key_concurrency else None
-        return self._drain(self.limited, self.options.workflows, 1, keys=keys)
+        return self._drain(self.limited, self.options.workflows, 1, keys=keys, measured=measured)
 
     def _drain(
         self,
@@ -256,15 +304,20 @@ class Benchmark:
         steps: int,
         enqueue_key: str | None = None,
         keys: list[str] | None = None,
+        measured: str | None = None,
     ) -> float:
         """Bulk-start ``count`` workflows while the workers idle, and return the
-        steady rate at which they finish them (see ``limit.STEADY_RATE``)."""
+        steady rate at which they finish them (see ``limit.STEADY_RATE``). With
+        ``measured``, also the CPU a workflow of the workers and of PostgreSQL
+        (from the enqueue's commit, when the workers start, to the last run)."""
         if database is not self.loaded:
             database.reset()
+        backends = server_backends(database.conninfo())
         with database.queue_alias():
             started = time.perf_counter()
             workflows = start_workflows(WORKFLOW_TYPE, [{"steps": steps}] * count, concurrency_keys=keys)
             enqueue_seconds = time.perf_counter() - started
+            meter = CpuMeter(self.worker_pids.get(database.label, []), backends)
         if enqueue_key:
             self.samples.setdefault(enqueue_key, []).append(count / enqueue_seconds)
         ids = [workflow.pk for workflow in workflows]
@@ -273,7 +326,15 @@ class Benchmark:
         done, rate = database.one(limit.STEADY_RATE.format(table="workflows", where="id = ANY(%s)"), [ids])
         if failed or done != count or not rate:
             raise RuntimeError(f"{count - failed} of {count} benchmark workflows completed; see {self.log_dir}")
-        self.say(f"  {count} x {steps}-step on {database.label}: {rate:,.0f}/s")
+        cpu = ""
+        if measured is not None:
+            workers_cpu, server_cpu = meter.used()
+            self.samples.setdefault(f"{measured}_cpu_workers", []).append(workers_cpu / count * 1e6)
+            cpu = f", CPU a workflow {workers_cpu / count * 1e6:,.0f} µs in the workers"
+            if server_cpu is not None:
+                self.samples.setdefault(f"{measured}_cpu_server", []).append(server_cpu / count * 1e6)
+                cpu += f", {server_cpu / count * 1e6:,.0f} µs in PostgreSQL"
+        self.say(f"  {count} x {steps}-step on {database.label}: {rate:,.0f}/s{cpu}")
         return rate
 
     def _latency(self) -> None:
@@ -298,8 +359,8 @@ class Benchmark:
         p50 = statistics.median(latencies)
         p99 = latencies[min(len(latencies) - 1, round(0.99 * (len(latencies) - 1)))]
         idle = f"{self.options.processes} x {self.options.threads} idle threads"
-        self.figures["latency_p50"] = Figure(f"enqueue-to-start p50 ({idle})", p50, "ms", target=("<=", 2.5))
-        self.figures["latency_p99"] = Figure("enqueue-to-start p99", p99, "ms", target=("<=", 6.0), samples=latencies)
+        self.figures["latency_p50"] = Figure(f"enqueue-to-start p50 ({idle})", p50, "ms", target=("<=", 1.5))
+        self.figures["latency_p99"] = Figure("enqueue-to-start p99", p99, "ms", target=("<=", 4.0), samples=latencies)
 
     def _result_waits(self) -> None:
         delays = results.wait_delays(self.empty, self.options.latency_samples)
@@ -323,6 +384,4 @@ class Benchmark:
         with Workers(self.empty, 1, concurrency, self.options.worker_args, self.log_dir, "rss") as workers:
             self._drain(self.empty, self.options.workflows, self.options.steps)
             peak = workers.peak_rss_mb()[0]
-        self.figures["rss"] = Figure(
-            f"peak RSS, runworkers --concurrency {concurrency}", peak, "MB", target=("<=", 120)
-        )
+        self.figures["rss"] = Figure(f"peak RSS, runworkers --concurrency {concurrency}", peak, "MB", target=("<=", 80))

@@ -12,9 +12,9 @@ at most, and a busy process keeps a claim in flight while its threads run.
 While the process's runs are short, it claims ahead: a run waits for each busy
 thread, which takes it at once when it finishes, and each round trip writes and
 claims several runs. A run claimed ahead that waited too long goes back to
-pending for any worker (``release_waiting``). Not while a queue it serves
-limits how many run at once: a run waiting would hold a slot that a thread
-of another process could use now (``flow.Rules.bounded``).
+pending for any worker (``release_waiting``). Under a queue's concurrency
+limit it claims ahead too, and a run waiting holds a slot like a running one
+(claiming nothing ahead there cost more than it saved: docs/performance.md).
 """
 
 from __future__ import annotations

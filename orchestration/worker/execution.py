@@ -18,7 +18,7 @@ from typing import Any, cast
 
 from django.utils import timezone
 
-from .. import async_context, observe
+from .. import async_context, logs, observe
 from ..async_context import AsyncWorkflowContext
 from ..claims import FinishedRun
 from ..context import WorkflowContext
@@ -141,7 +141,8 @@ def _ended(run: Lease, ctx: WorkflowContext | None, exc: BaseException, started:
 
 
 def log_completed(run: Lease, started: float) -> None:
-    logger.info(
+    logs.info(
+        logger,
         "workflow %s (%s) completed in %.3fs (attempt %d)",
         run.id,
         run.workflow_type,

@@ -9,15 +9,19 @@ from __future__ import annotations
 
 import os
 import re
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from django.db import connection
 from django.urls import reverse
 
 from orchestration import start_workflow
-from tests.admin_support import failed_three_steps, staff_user
+from orchestration.models import Workflow
+from tests.admin_support import failed_three_steps, staff_user, stuck_running, waiting_for_event
 from tests.support import ROOT, drain
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -91,27 +95,29 @@ def test_operator__filters_failed_workflows_retries_one_and_watches_it_complete(
     other = failed_three_steps()
     log_in(page, "admin", "password")
     page.goto(reverse("admin:orchestration_workflow_changelist"))
-    page.click("#changelist-filter a:text-is('Failed')")
+    page.click("#changelist-filter a:text-is('failed (2)')")
     page.wait_for_url(re.compile(r"status__exact=failed"))
     badges = page.locator("#result_list .orch-badge")
     assert badges.all_inner_texts() == ["failed", "failed"]
     screenshot(page, "01-failed-workflows")
 
-    row = page.locator("#result_list tr", has_text=str(failed.pk))
+    row = page.locator("#result_list tr", has_text=str(failed.pk)[-8:])
     row.locator("input.action-select").check()
     page.select_option("select[name=action]", "retry_workflows")
     page.click("button[name=index]")
     page.wait_for_selector(".messagelist")
     assert "1 workflow(s) retried; 0 skipped" in page.inner_text(".messagelist")
-    # Still filtered on failed: the retried workflow has left the list.
+    # Still filtered on failed: the retried workflow has left the list, and the message links to it.
     assert page.locator("#result_list .orch-badge").all_inner_texts() == ["failed"]
     screenshot(page, "02-retried")
 
-    page.goto(reverse("admin:orchestration_workflow_change", args=[failed.pk]))
+    page.click(f".messagelist a:text-is('{str(failed.pk)[-8:]}')")
     assert page.inner_text(".field-status_label .orch-badge") == "pending"
-    assert drain() == ["completed"]  # a worker picks it up
-    page.reload()
-    assert page.inner_text(".field-status_label .orch-badge") == "completed"
+    page.evaluate("document.getElementById('orch-live').dataset.seconds = '0.3'")
+    page.uncheck("#orch-live")
+    page.check("#orch-live")
+    assert drain() == ["completed"]  # a worker picks it up; the page, live, follows without a reload
+    page.wait_for_selector(".field-status_label .orch-badge:text-is('completed')")
     screenshot(page, "03-completed")
     other.refresh_from_db()
     assert other.status == "failed"
@@ -121,7 +127,7 @@ def test_operator__sees_a_workflows_steps_on_its_timeline(page, admin_user):
     workflow = failed_three_steps()
     log_in(page, "admin", "password")
     page.goto(reverse("admin:orchestration_workflow_changelist"))
-    page.click(f"#result_list a:text-is('{workflow.pk}')")
+    page.click(f"#result_list a:has-text('{str(workflow.pk)[-8:]}')")
     page.wait_for_selector(".orch-timeline")
     bars = page.locator(".orch-timeline-bar")
     assert bars.count() == 2
@@ -166,6 +172,8 @@ def test_operator__reads_the_overview_and_its_chart(page, admin_user):
     page.click("a.orch-overview-link")
     page.wait_for_selector("svg.orch-chart")
     assert page.locator("svg.orch-chart rect.orch-bar-completed").count() == 24
+    chart, panel = page.locator("svg.orch-chart").bounding_box(), page.locator("#orch-hourly").bounding_box()
+    assert chart["width"] >= 0.95 * panel["width"] - 20  # across its panel, not half of it
     current_hour = page.locator("svg.orch-chart g.orch-hour").last
     completed = current_hour.locator("rect.orch-bar-completed").bounding_box()
     failed = current_hour.locator("rect.orch-bar-failed").bounding_box()
@@ -181,12 +189,12 @@ def test_operator__approves_a_waiting_workflow_by_sending_its_event(page, admin_
     assert drain() == ["waiting"]
     log_in(page, "admin", "password")
     page.goto(reverse("admin:orchestration_workflow_changelist") + "?pending=event")
-    row = page.locator("#result_list tr", has_text=str(workflow.pk))
+    row = page.locator("#result_list tr", has_text=str(workflow.pk)[-8:])
     assert row.locator(".orch-badge").inner_text() == "waiting"
     assert "event: approval" in row.inner_text() and "until woken" in row.inner_text()
     screenshot(page, "08-waiting-workflows")
 
-    row.locator(f"a:text-is('{workflow.pk}')").click()
+    row.locator(f"a:has-text('{str(workflow.pk)[-8:]}')").click()
     page.wait_for_selector("#orch-send-event.orch-awaited textarea[name=payload]")
     form = page.locator("#orch-send-event.orch-awaited")
     assert form.locator("input[name=name]").input_value() == "approval"
@@ -216,3 +224,84 @@ def test_operator_without_permissions__sees_the_list_but_no_action(page, db):
     assert page.locator("#result_list .orch-badge").count() == 1
     assert page.locator("select[name=action]").count() == 0
     screenshot(page, "07-view-only")
+
+
+# -- the second pass (issue 17): 1280 px, the run page's buttons, live refresh ------------
+
+
+def fits_its_width(page: Any, selector: str) -> bool:
+    return page.evaluate(
+        f"(() => {{ const e = document.querySelector('{selector}'); return e.scrollWidth <= e.clientWidth; }})()"
+    )
+
+
+def test_operator__reads_the_list_at_1280_px_without_scrolling_sideways(page, admin_user):
+    page.set_viewport_size({"width": 1280, "height": 900})
+    for _ in range(3):
+        workflow = failed_three_steps()
+        Workflow.objects.filter(pk=workflow.pk).update(error_message="ConnectionError: " + "bank unreachable " * 30)
+    waiting_for_event("manager approval")
+    stuck_running(workflow_type="a_rather_long_workflow_type_name")
+    log_in(page, "admin", "password")
+    page.goto(reverse("admin:orchestration_workflow_changelist"))
+    screenshot(page, "12-list-at-1280")
+    assert fits_its_width(page, "#changelist .results") and fits_its_width(page, "html")
+    for column in ("id", "status", "type", "progress", "last error", "age", "duration"):
+        header = page.locator(f"#result_list thead th:has-text('{column}')").first.bounding_box()
+        assert header["x"] + header["width"] <= 1280, column
+    error = page.locator("#result_list .orch-error-line").first.bounding_box()
+    assert error["height"] < 25  # one line, cut
+
+
+def test_operator__retries_a_failed_run_from_the_buttons_at_the_top_of_its_page(page, admin_user):
+    page.set_viewport_size({"width": 1280, "height": 900})
+    workflow = failed_three_steps()
+    log_in(page, "admin", "password")
+    page.goto(reverse("admin:orchestration_workflow_change", args=[workflow.pk]))
+    retry = page.locator("#orch-summary button.orch-run-retry")
+    box = retry.bounding_box()
+    assert box["y"] + box["height"] < 900 and box["x"] + box["width"] < 1280  # seen without scrolling
+    assert "Failed at step 2 (second)" in page.inner_text("#orch-summary")
+    # The step repairs sit beside each step's status, whole, not cut off at the table's right edge.
+    steps = page.locator(".inline-group .wrapper").bounding_box()
+    for repair in page.locator("a.orch-step-retry, a.orch-step-skip").all():
+        box = repair.bounding_box()
+        assert box["x"] + box["width"] <= min(steps["x"] + steps["width"], 1280)
+    retry.click()
+    page.wait_for_selector(".messagelist")
+    assert "is pending again" in page.inner_text(".messagelist")
+    assert page.inner_text("#orch-summary .orch-badge") == "pending"
+
+
+def test_operator__watches_a_run_move_step_by_step_without_reloading(page, admin_user):
+    workflow = start_workflow("slow", {"steps": 3, "seconds": 1.0})
+    log_in(page, "admin", "password")
+    page.goto(reverse("admin:orchestration_workflow_change", args=[workflow.pk]))
+    assert page.is_checked("#orch-live")
+    page.evaluate("window.notReloaded = true; document.getElementById('orch-live').dataset.seconds = '0.2'")
+    page.uncheck("#orch-live")
+    page.check("#orch-live")  # on again, every 0.2 s
+    worker = threading.Thread(target=drain_in_own_connection)
+    worker.start()
+    seen: list[str] = []
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        steps = page.inner_text(".fieldBox.field-steps_label .readonly")
+        if not seen or seen[-1] != steps:
+            seen.append(steps)
+        if page.inner_text("#orch-summary .orch-badge") == "completed":
+            break
+        time.sleep(0.05)
+    worker.join()
+    assert page.inner_text("#orch-summary .orch-badge") == "completed"
+    assert page.evaluate("window.notReloaded") is True
+    running = [text for text in seen if "running step" in text]
+    assert len(running) >= 2, seen  # step by step, in order
+    assert running == sorted(running) and seen[-1] == "3 completed"
+
+
+def drain_in_own_connection() -> None:
+    try:
+        drain(hurry_retries=False)
+    finally:
+        connection.close()

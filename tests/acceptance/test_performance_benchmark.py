@@ -41,8 +41,14 @@ def test_benchmark__prints_every_figure_as_a_table_and_json_lines_and_drops_its_
         "peak RSS, runworkers --concurrency 2",
         "one-step, queue concurrency 2 (= threads)",
         "one-step, 100 keys of key_concurrency 1",
+        "one-step, queue concurrency 10000 (not binding)",
     ):
         assert figures[metric]["value"] > 0, metric
     assert figures["one-step workflows, runworkers"]["ratio"] > 0
+    # CPU a workflow beside each drain's rate: the workers' and, the server being on this machine, PostgreSQL's
+    # (in clock ticks: a tiny drain may round to none).
+    for drain in ("one_step", "multi_step", "loaded", "backlog", "concurrency_limit", "key_limit", "limit_not_binding"):
+        for side in ("worker processes", "PostgreSQL backends"):
+            assert figures[f"  CPU a workflow ({drain}), {side}"]["value"] >= 0, (drain, side)
     assert "measurement" in result.stdout and "Index Scan using idx_workflows_claim" in result.stdout
-    assert scratch_databases() == before
+    assert not scratch_databases() - before, "its scratch databases are dropped"

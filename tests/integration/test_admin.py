@@ -45,19 +45,30 @@ def status_of(workflow: Workflow) -> str:
 # -- the list --------------------------------------------------------------------
 
 
-def test_workflow_list__shows_badge_progress_attempts_heartbeat_and_duration(admin_client):
+def test_workflow_list__shows_short_id_badge_progress_last_error_age_and_duration(admin_client):
     failed = failed_three_steps(max_retries=3)
-    stuck = stuck_running(seconds_since_heartbeat=600, workflow_type="echo")
     response = admin_client.get(LIST_URL)
     html = response.content.decode()
     assert response.status_code == 200
-    assert str(failed.pk)[:8] in html and str(stuck.pk)[:8] in html
     assert '<span class="orch-badge orch-failed" title="ConnectionError: bank API unreachable">failed</span>' in html
-    row = next(r for r in html.split("<tr") if str(failed.pk)[:8] in r)
+    row = next(r for r in html.split("<tr") if str(failed.pk) in r)
+    # The id's random end, the whole id on hover.
+    assert f'<span class="orch-id" title="{failed.pk}">{str(failed.pk)[-8:]}</span>' in row
     assert "1 / 2" in row  # one completed step out of two seen
-    assert "4 / 4" in row  # attempts out of max_retries + 1
+    assert "attempt 4 of 4" in row  # past the first, out of max_retries + 1
+    assert "queue default" not in row  # the queue is said when it is another
+    assert '<span class="orch-error-line" title="ConnectionError: bank API unreachable">' in row
     assert "9.0 s" in row  # duration
-    stuck_row = next(r for r in html.split("<tr") if str(stuck.pk)[:8] in r)
+    assert re.search(
+        r'<time datetime="[^"]+" title="\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC">\d+(\.\d)? (s|ms) ago</time>', row
+    )
+    assert "last heartbeat" not in html and "queue" not in [c for c in response.context["cl"].list_display]
+
+
+def test_workflow_list__of_running_workflows_shows_their_heartbeat_red_when_stale(admin_client):
+    stuck = stuck_running(seconds_since_heartbeat=600, workflow_type="echo")
+    html = admin_client.get(LIST_URL, {"status__exact": "running"}).content.decode()
+    stuck_row = next(r for r in html.split("<tr") if str(stuck.pk) in r)
     assert '<span class="orch-stale">10m 0s ago</span>' in stuck_row
 
 
@@ -115,13 +126,13 @@ def test_workflow_list__filters_by_status_type_queue_and_created_date(admin_clie
     assert str(old.pk) not in recent and str(echo.pk) in recent
 
 
-def test_workflow_list__filters_offer_types_in_use_and_registered_and_queues_known_or_served(admin_client):
+def test_workflow_list__filters_offer_types_in_use_and_queues_known_or_served(admin_client):
     WorkflowFactory(workflow_type="from_sql_only", status="pending", queue="sql-queue")
     WorkflowWorker.objects.create(id="w:1:ab", host="w", pid=1, queues=["served-queue"], concurrency=1, version="x")
     response = admin_client.get(LIST_URL)
     html = response.content.decode()
     assert "?workflow_type=from_sql_only" in html  # in the table, registered by no app
-    assert "?workflow_type=always_fails" in html  # registered, no row yet
+    assert "?workflow_type=always_fails" not in html  # registered, no row: it would find nothing
     # Registered, and served by a worker; the pending rows are not read for them.
     assert "?queue=other" in html and "?queue=served-queue" in html
     assert "?queue=sql-queue" not in html
@@ -222,8 +233,13 @@ def test_retry_action__retries_failed_and_cancelled_skips_others_and_logs_who(ad
     cancelled = WorkflowFactory(status="cancelled")
     completed = WorkflowFactory(status="completed")
     response = run_action(admin_client, "retry_workflows", failed, cancelled, completed)
-    message = [str(m) for m in response.context["messages"]]
-    assert message == ["2 workflow(s) retried; 1 skipped (in the wrong state: only failed or cancelled ones can be)."]
+    [message] = [str(m) for m in response.context["messages"]]
+    assert message.startswith(
+        "2 workflow(s) retried; 1 skipped (in the wrong state: only failed or cancelled ones can be). Open "
+    )
+    # Links to where the runs are now: the failed filter the operator acted from no longer shows them.
+    for workflow in (failed, cancelled):
+        assert f'<a href="{reverse("admin:orchestration_workflow_change", args=[workflow.pk])}">' in message
     assert (status_of(failed), status_of(cancelled), status_of(completed)) == ("pending", "pending", "completed")
     assert WorkflowStep.objects.filter(workflow=failed, status="completed").count() == 1  # checkpoint kept
     entries = LogEntry.objects.filter(user=admin_user, action_flag=CHANGE)
@@ -235,9 +251,8 @@ def test_restart_action__runs_finished_workflows_again_from_scratch(admin_client
     failed = failed_three_steps()
     running = stuck_running()
     response = run_action(admin_client, "restart_workflows", failed, running)
-    assert [str(m) for m in response.context["messages"]] == [
-        "1 workflow(s) restarted; 1 skipped (in the wrong state: only finished ones can be)."
-    ]
+    [message] = [str(m) for m in response.context["messages"]]
+    assert message.startswith("1 workflow(s) restarted; 1 skipped (in the wrong state: only finished ones can be).")
     assert status_of(failed) == "pending" and not WorkflowStep.objects.filter(workflow=failed).exists()
     assert status_of(running) == "running"
     assert LogEntry.objects.get(object_id=str(failed.pk)).change_message == "Restarted from the admin."
@@ -248,9 +263,10 @@ def test_cancel_action__cancels_pending_and_running_only(admin_client):
     running = stuck_running()
     failed = failed_three_steps()
     response = run_action(admin_client, "cancel_workflows", pending, running, failed)
-    assert [str(m) for m in response.context["messages"]] == [
+    [message] = [str(m) for m in response.context["messages"]]
+    assert message.startswith(
         "2 workflow(s) cancelled; 1 skipped (in the wrong state: only pending or running ones can be)."
-    ]
+    )
     assert (status_of(pending), status_of(running), status_of(failed)) == ("cancelled", "cancelled", "failed")
 
 

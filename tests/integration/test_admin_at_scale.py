@@ -19,7 +19,9 @@ from django.utils import timezone
 
 from orchestration import stats
 from orchestration.admin import limits
+from orchestration.listing import ERROR_INDEX
 from orchestration.models import Workflow
+from tests.admin_support import require_error_index
 from tests.factories import WorkflowFactory, WorkflowStepFactory
 
 pytestmark = pytest.mark.django_db
@@ -30,7 +32,7 @@ LIST_URL = reverse("admin:orchestration_workflow_changelist")
 # rarer kind that a filter picks out. Analyzed, so that the planner weighs them.
 LOAD = """
 INSERT INTO workflows (workflow_type, status, queue, input_data, created_at, updated_at, worker_id, parent_id,
-                       error_traceback, run_after, waiting_for)
+                       error_traceback, error_message, run_after, waiting_for)
 SELECT CASE WHEN g %% 100 = 0 THEN 'rare_type' ELSE 'three_steps' END,
        CASE WHEN g %% 200 = 1 THEN 'failed' WHEN g %% 200 = 2 THEN 'running' WHEN g %% 200 = 3 THEN 'pending'
             WHEN g %% 200 = 4 THEN 'cancelled' ELSE 'completed' END,
@@ -39,6 +41,7 @@ SELECT CASE WHEN g %% 100 = 0 THEN 'rare_type' ELSE 'three_steps' END,
        CASE WHEN g %% 200 = 2 THEN 'host:1:ab' END,
        CASE WHEN g %% 1000 = 7 THEN %s::uuid END,
        CASE WHEN g %% 200 = 1 THEN repeat('Traceback line\n', 200) END,
+       CASE WHEN g %% 200 = 1 THEN 'ConnectionError: bank ' || g || ' unreachable' END,
        CASE WHEN g %% 400 = 3 THEN now() + interval '1 hour' END,
        CASE WHEN g %% 400 = 3 THEN 'event:approval' END
 FROM generate_series(1, 20000) g
@@ -109,6 +112,26 @@ def test_list__each_filter_and_sort_reads_an_index__never_the_whole_table(
         assert "Seq Scan on workflows" not in plan and index in plan, plan
 
 
+# Each kind of search term, and the index that answers it (besides those of the
+# others, OR-ed in a bitmap): the end of an id, part of a type's name, an error's words.
+SEARCHES = [
+    ("ID_TAIL", "idx_workflows_id_tail"),
+    ("are_ty", "idx_workflows_type_created"),
+    ("bank 1001 unreach", "idx_workflows_error_trgm"),
+]
+
+
+@pytest.mark.parametrize(("term", "index"), SEARCHES, ids=[index for _, index in SEARCHES])
+def test_list__each_kind_of_search_reads_an_index__never_the_whole_table(admin_client, month, term, index):
+    if index == ERROR_INDEX:
+        require_error_index()
+    term = term.replace("ID_TAIL", str(month.pk)[-8:])
+    page, count = list_queries(admin_client, {"q": term})
+    for sql in (page, count):
+        plan = plan_of(sql)
+        assert "Seq Scan on workflows" not in plan and index in plan, plan
+
+
 def test_list__sorts_running_workflows_by_heartbeat_through_the_running_index(admin_client, month):
     o = column(admin_client, "heartbeat", status__exact="running")
     page, _ = list_queries(admin_client, {"status__exact": "running", "o": o})
@@ -120,7 +143,7 @@ def test_list__sorts_running_workflows_by_heartbeat_through_the_running_index(ad
 def test_list__offers_no_sort_an_index_cannot_answer__not_even_by_hand(admin_client, month):
     response = admin_client.get(LIST_URL)
     assert set(response.context["cl"].sortable_by) == {"created"}
-    for name in ("status_label", "workflow_type", "queue", "attempts_label", "heartbeat", "short_id"):
+    for name in ("status_label", "type_label", "progress", "last_error", "duration", "short_id"):
         page, _ = list_queries(admin_client, {"o": column(admin_client, name)})
         assert 'ORDER BY "workflows"."created_at" DESC, "workflows"."id" DESC' in page, (name, page)
 

@@ -14,8 +14,8 @@ from django.utils import timezone
 from orchestration import claims, start_workflow, stats, waits
 from orchestration.models import Workflow, WorkflowEvent
 from orchestration.worker import execute
-from tests.admin_support import failed_three_steps, staff_user
-from tests.factories import WorkflowFactory, WorkflowStepFactory
+from tests.admin_support import failed_three_steps, staff_user, waiting_for_event
+from tests.factories import WorkflowFactory
 from tests.support import drain
 
 pytestmark = pytest.mark.django_db
@@ -38,30 +38,6 @@ def messages_of(response) -> list[str]:
 
 def row_of(html: str, workflow: Workflow) -> str:
     return next(row for row in html.split("<tr") if str(workflow.pk)[:8] in row)
-
-
-def waiting_for_event(
-    name: str = "approval", run_after: datetime.datetime | None = None, *, woken: bool = False, **fields
-) -> Workflow:
-    """A workflow as ``ctx.wait_for_event(name)`` leaves it: pending until woken (or until
-    ``run_after``, its timeout), its step 1 waiting. ``woken``: as ``send_event`` leaves it."""
-    workflow = WorkflowFactory(
-        workflow_type="awaits_approval",
-        status="pending",
-        waiting_for=f"event: {name}",
-        run_after=None if woken else run_after or waits.WAIT_FOREVER,
-        started_at=timezone.now(),
-        **fields,
-    )
-    WorkflowStepFactory(
-        workflow=workflow,
-        step_number=1,
-        step_name=name,
-        status="pending",
-        output_data={"event": name, "timeout_at": run_after.isoformat() if run_after else None},
-        started_at=timezone.now(),
-    )
-    return workflow
 
 
 def sleeping(minutes: float = 30, **fields) -> Workflow:
@@ -309,7 +285,7 @@ def test_workflow_list__pending_filter_splits_pending_workflows_by_why(admin_cli
     assert listed("retrying") == {"retrying"}
     assert listed("scheduled") == {"scheduled"}
     html = admin_client.get(LIST_URL).content.decode()
-    assert "By pending, by why" in html and "?pending=waiting" in html
+    assert "By pending reason" in html and "?pending=waiting" in html
 
 
 # -- the workflow page -----------------------------------------------------------
@@ -322,7 +298,9 @@ def test_workflow_page__says_what_it_waits_for_until_when_and_its_deadline(admin
     html = admin_client.get(change_url(workflow)).content.decode()
     waiting = html.split(">Waiting</h2>", 1)[1].split("</fieldset>", 1)[0]
     assert '<div class="readonly">event: manager approval</div>' in waiting
-    assert f'until <time datetime="{timezone.localtime(timeout_at).isoformat()}">' in waiting
+    # The until field says the moment alone (no "Until: until ..."), with its zone.
+    assert f'<div class="readonly"><time datetime="{timezone.localtime(timeout_at).isoformat()}">' in waiting
+    assert "until <time" not in waiting and " UTC</time>" in waiting
     timing = html.split(">Timing</h2>", 1)[1].split("</fieldset>", 1)[0]
     assert f'<time datetime="{timezone.localtime(deadline).isoformat()}">' in timing
     # Its waiting step shows as such, with what it waits for.
@@ -333,7 +311,7 @@ def test_workflow_page__says_what_it_waits_for_until_when_and_its_deadline(admin
 def test_workflow_page__waiting_until_woken_says_so_instead_of_the_year_9999(admin_client):
     workflow = waiting_for_event()
     html = admin_client.get(change_url(workflow)).content.decode()
-    assert "until woken" in html and "— (until woken by an event or a child)" in html
+    assert "until woken (no time limit)" in html
     assert "9999" not in html
 
 

@@ -48,13 +48,35 @@ def test_async_step__past_its_timeout_is_cancelled_and_fails_the_attempt():
     assert "StepTimeout" in run.error_message and "cancelled" in run.error_message
 
 
-def test_async_step_in_a_plain_workflow__fails_the_run_at_once_saying_to_make_the_workflow_async():
-    run = start_workflow("sync_with_an_async_step")
+@pytest.mark.parametrize(
+    ("workflow_type", "said"),
+    [
+        ("sync_with_an_async_step", "an async step runs in an `async def` workflow"),  # a plain workflow's ctx.step
+        ("async_atomic_step_of_an_async_body", "atomic_step runs a plain function"),
+    ],
+)
+def test_async_body_where_a_plain_function_runs__fails_the_run_at_once_saying_where_it_belongs(workflow_type, said):
+    run = start_workflow(workflow_type)
     assert drain() == [Outcome.FAILED]
     run.refresh_from_db()
     assert run.attempts == 1
-    assert "Step 1 'a' returned an awaitable: an async step runs in an `async def` workflow" in run.error_message
+    assert f"Step 1 'a' returned an awaitable: {said}" in run.error_message
     assert not StepRun.objects.filter(workflow_id=run.pk).exists()
+
+
+def test_async_workflow__awaits_ctx_patched_and_records_the_patch_as_a_sync_workflow_does():
+    run = start_workflow("async_patched")
+    assert drain() == [Outcome.COMPLETED]
+    run.refresh_from_db()
+    assert (run.output_data, run.patches) == ({"new": True, "step": "v2"}, {"async-v2": 1})
+
+
+def test_async_workflow__ctx_patched_used_without_await_fails_the_run_at_once_saying_to_await_it():
+    run = start_workflow("async_patched_not_awaited")
+    assert drain() == [Outcome.FAILED]
+    run.refresh_from_db()
+    assert run.attempts == 1 and run.patches is None
+    assert "await ctx.patched('async-v2')" in run.error_message
 
 
 def test_async_workflow__awaiting_outside_any_step_past_its_deadline_is_cancelled_there():

@@ -109,6 +109,21 @@ def test_show__one_workflow_its_steps_children_and_events():
     assert "ConnectionError: bank API unreachable" in text and "children:   1 completed" in text
 
 
+def test_show__a_forks_origin_patches_and_error_history():
+    original = WorkflowFactory(status="failed", patches={"charge-v2": 1})
+    fork = WorkflowFactory(
+        forked_from=original,
+        patches={"charge-v2": 1},
+        error_history=[{"at": "2026-01-01T00:00:00Z", "attempt": 1, "step": 2, "status": "pending", "message": "boom"}],
+    )
+    shown = run_json("show", str(fork.pk))
+    assert (shown["forked_from_id"], shown["patches"]) == (str(original.pk), {"charge-v2": 1})
+    assert [entry["message"] for entry in shown["error_history"]] == ["boom"]
+    text = run("show", str(fork.pk))
+    assert f"forked from:{original.pk}" in text and 'patches:    {"charge-v2": 1}' in text
+    assert "errors:     2026-01-01T00:00:00Z attempt 1 step 2 (pending): boom" in text
+
+
 def test_show__a_bad_or_unknown_id_says_so_with_its_exit_status():
     assert (str(refused("show", "not-an-id")), refused("show", "not-an-id").returncode) == (
         "'not-an-id' is not a workflow id (a UUID).",

@@ -328,6 +328,25 @@ def test_claim_plan__a_paused_queue_with_a_backlog__slows_no_other_queue():
     assert running("fc_free") == len(free)
 
 
+@pytest.mark.parametrize("limits", [{"concurrency": 8}, {"key_concurrency": 1}], ids=["concurrency", "per key"])
+def test_claim_plan__runs_completed_in_the_claim__given_back_without_reading_the_queue_finished_runs(limits):
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE workflows")
+        cursor.execute(
+            "INSERT INTO workflows (workflow_type, queue, concurrency_key, status, created_at) "
+            "SELECT 'fc_keyed', 'fc_keys', 'k' || n % 100, 'completed', now() - n * interval '1 ms' "
+            "FROM generate_series(1, 20000) AS n"
+        )
+    start_workflows("fc_keyed", [{"key": f"k{n}"} for n in range(8)])
+    set_queue_limits("fc_keys", **limits)
+    finished = [claims.FinishedRun(run, "null", 0.0) for run in claim(limit=4, queues=["fc_keys"])]
+    plan = generic_plan(*claims.claim_statement("w", ["fc_keys"], finished, 4, limited=True))
+    assert re.search(r"Update on workflows w_\d+ \(actual time=[\d.]+ rows=4 ", plan), plan
+    # Joined back to the queue's rows, the runs completed read every finished one, at every claim.
+    most_rows_read = max(int(n) for n in re.findall(r"(?:rows=|Rows Removed by \w+ ?\w*: )(\d+)", plan))
+    assert most_rows_read < 100, plan
+
+
 # -- the workers -----------------------------------------------------------------------
 
 

@@ -100,6 +100,17 @@ def test_metrics_view__counts_the_attempts_and_steps_this_process_ran(client):
     assert counted("orchestration_workflow_duration_seconds_count", outcome="completed") >= 2
 
 
+def test_metrics_view__counts_the_async_steps_of_an_async_workflow(client):
+    def counted() -> float:
+        steps = labels(queue="default", workflow_type="async_three_steps", outcome="completed")
+        return scrape(client).get(("orchestration_step_duration_seconds_count", steps), 0.0)
+
+    before = counted()
+    start_workflow("async_three_steps", {"n": 1})
+    assert drain() == ["completed"]
+    assert counted() == before + 3
+
+
 def test_metrics_view__counts_retried_and_failed_attempts(client):
     def counted(name: str) -> float:
         return scrape(client).get((name, labels(queue="default", workflow_type="always_fails")), 0.0)

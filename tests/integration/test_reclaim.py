@@ -3,7 +3,8 @@
 import pytest
 
 from orchestration import claims, recovery, start_workflow
-from orchestration.models import Workflow, WorkflowStep
+from orchestration.models import Workflow, WorkflowStep, WorkflowWorker
+from tests.factories import WorkflowWorkerFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -26,6 +27,18 @@ def test_reclaim__sends_a_stuck_workflow_back_to_pending_as_a_spent_attempt():
     step = WorkflowStep.objects.get(workflow=workflow, step_number=1)
     assert step.status == "failed" and step.error_message.startswith("worker lost")
     assert run.lease_token != workflow.lease_token
+
+
+def test_reclaim__a_worker_marked_gone_has_its_runs_sent_back_in_the_same_sweep_though_their_heartbeat_is_younger():
+    # The worker's row last beat before it claimed the run, then it died: its row
+    # is silent past stuck_after while the run's last write (the claim) is not yet.
+    worker = WorkflowWorkerFactory()
+    WorkflowWorker.objects.filter(pk=worker.pk).update(last_seen_at="2000-01-01T00:00:00Z")
+    workflow = start_workflow("three_steps")
+    claims.claim(worker.pk, None)
+    report = recovery.reclaim_stuck(stuck_after=60)
+    assert report.workers_gone == [worker.pk] and report.requeued == [workflow.pk]
+    assert Workflow.objects.get(pk=workflow.pk).status == "pending"
 
 
 def test_reclaim__leaves_workflows_with_a_recent_heartbeat_alone():

@@ -65,6 +65,20 @@ def test_debounce__starts_within_the_window_become_one_run_with_the_latest_input
     assert row.run_after == first.run_after  # the window is the first start's
 
 
+def test_debounce__the_run_counts_under_the_concurrency_key_of_the_latest_starts_input():
+    start_workflow("flow_hold", {"key": "tenant-a"}, idempotency_key="sync", debounce=30)
+    latest = start_workflow("flow_hold", {"key": "tenant-b"}, idempotency_key="sync", debounce=30)
+    row = Workflow.objects.get()
+    assert (row.input_data, row.concurrency_key) == ({"key": "tenant-b"}, "tenant-b")
+    assert latest.concurrency_key == "tenant-b"
+
+
+def test_debounce__a_runs_time_limit_counts_from_the_end_of_its_window_when_it_starts():
+    start_workflow("echo", {"n": 1}, idempotency_key="reindex", debounce=60, timeout=10)
+    row = Workflow.objects.get()
+    assert row.deadline == row.run_after + datetime.timedelta(seconds=10)  # not cancelled before it starts
+
+
 def test_debounce__a_start_after_the_run_was_claimed_makes_a_new_run():
     first = start_workflow("echo", {"n": 1}, idempotency_key="reindex", debounce=0.001)
     Workflow.objects.filter(pk=first.pk).update(run_after=None)

@@ -68,6 +68,27 @@ def sync_with_an_async_step(ctx: Any, data: Any) -> Any:
     return ctx.step("a", arecord, ctx, 1, "a")
 
 
+@workflow("async_patched", max_retries=0)
+async def async_patched(ctx: Any, data: Any) -> Any:
+    """``ctx.patched`` awaited before its first step, and ``deprecate_patch`` after it."""
+    new = await ctx.patched("async-v2")
+    first = await ctx.step("v2" if new else "v1", arecord, ctx, 1, "v2" if new else "v1")
+    await ctx.deprecate_patch("async-v2")
+    return {"new": new, "step": first["label"]}
+
+
+@workflow("async_patched_not_awaited", max_retries=3)
+async def async_patched_not_awaited(ctx: Any, data: Any) -> Any:
+    """The mistake ``if ctx.patched(...)`` without ``await``: a coroutine is always true."""
+    return {"new": bool(ctx.patched("async-v2"))}
+
+
+@workflow("async_atomic_step_of_an_async_body", max_retries=3)
+async def async_atomic_step_of_an_async_body(ctx: Any, data: Any) -> Any:
+    """An ``async def`` body given to ``atomic_step``, which runs a plain function in a transaction."""
+    return await ctx.atomic_step("a", arecord, ctx, 1, "a")
+
+
 @workflow("async_two_naps", max_retries=1)
 async def async_two_naps(ctx: Any, data: Any) -> Any:
     """Two async steps that await ``asyncio.sleep``: ``first`` and then ``second`` seconds."""

@@ -9,7 +9,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from orchestration.benchmark.report import render
-from orchestration.benchmark.runner import Benchmark, Options
+from orchestration.benchmark.runner import MEASUREMENTS, Benchmark, Options
 from orchestration.management.arguments import Bounded
 
 
@@ -62,6 +62,11 @@ class Command(BaseCommand):
             help="VACUUM the scratch tables every S seconds (autovacuum off)",
         )
         parser.add_argument("--no-flow-control", action="store_true", help="skip the runs under flow control's limits")
+        parser.add_argument(
+            "--only",
+            default="",
+            help=f"comma-separated measurements to run, of {', '.join(MEASUREMENTS)} (ratios need their base)",
+        )
         parser.add_argument("--keep", action="store_true", help="keep the scratch databases for inspection")
         parser.add_argument("--json", action="store_true", help="print only the JSON lines")
 
@@ -81,7 +86,13 @@ class Command(BaseCommand):
             keep=options["keep"],
             vacuum_every=options["vacuum_every"],
             flow_control=not options["no_flow_control"],
+            only=[name for name in options["only"].split(",") if name],
         )
+        unknown = set(settings.only) - set(MEASUREMENTS)
+        if unknown:
+            raise CommandError(
+                f"--only: no measurement {', '.join(sorted(unknown))}; choose from {', '.join(MEASUREMENTS)}"
+            )
         quiet = options["json"]
         benchmark = Benchmark(settings, say=(lambda line: None) if quiet else self.stderr.write)
         try:

@@ -73,7 +73,8 @@ class Command(BaseCommand):
         found.add_argument("--worker", help="the runs this worker holds")
         found.add_argument("--search", help="an id (or its first characters), an exact type or an idempotency key")
         found.add_argument("--limit", action=Bounded, minimum=1, default=50, help="how many (default 50)")
-        verb("show", "One workflow: its columns, steps, children and waiting events.").add_argument("id")
+        shown = "One workflow: its columns, error history, patches, fork origin, steps, children and events."
+        verb("show", shown).add_argument("id")
         verb("workers", "The runworkers processes and what each holds.").add_argument(
             "--all", action="store_true", help="with the workers marked gone"
         )
@@ -153,6 +154,10 @@ class Command(BaseCommand):
         for key in ("idempotency_key", "worker_id", "parent_id", "waiting_for", "run_after", "deadline"):
             if found[key] is not None:
                 self.stdout.write(f"{key.replace('_', ' ') + ':':<12}{found[key]}")
+        if found["forked_from_id"] is not None:
+            self.stdout.write(f"{'forked from:':<12}{found['forked_from_id']}")
+        if found["patches"]:
+            self.stdout.write(f"{'patches:':<12}{json.dumps(found['patches'])}")
         for key in ("created_at", "started_at", "finished_at", "updated_at"):
             self.stdout.write(f"{key.replace('_at', '') + ':':<12}{_moment(found[key])}")
         if found["children"]:
@@ -164,6 +169,10 @@ class Command(BaseCommand):
         self.stdout.write(f"{'output:':<12}{json.dumps(found['output_data'])}")
         if found["error_message"]:
             self.stdout.write(f"{'error:':<12}{found['error_message']}")
+        for n, entry in enumerate(found["error_history"]):  # newest first
+            label = "errors:" if n == 0 else ""
+            said = f"{entry['at']} attempt {entry['attempt']} step {entry['step']} ({entry['status']})"
+            self.stdout.write(f"{label:<12}{said}: {entry['message']}")
         steps = [
             (
                 *(str(s["step_number"]), s["step_name"] or "", s["status"], str(s["attempts"])),

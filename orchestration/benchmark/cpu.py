@@ -1,0 +1,62 @@
+"""CPU time spent by the worker processes and by PostgreSQL during a drain,
+read from ``/proc/<pid>/stat`` (user + system time of every thread).
+
+PostgreSQL's share is the CPU of the backends serving the scratch database,
+which exist only when the server runs on this machine; otherwise it is n/a.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterable
+from pathlib import Path
+
+import psycopg
+
+BACKENDS = "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
+_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """User + system CPU seconds of process ``pid`` (all its threads), or None when it is not visible here."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return (int(fields[11]) + int(fields[12])) / _TICKS  # utime and stime: the 14th and 15th fields
+
+
+def server_backends(conninfo: str) -> list[int] | None:
+    """The pids of the backends connected to this database, if they are processes
+    of this machine (a PostgreSQL elsewhere: None)."""
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        pids = [row[0] for row in conn.execute(BACKENDS)]
+        own = conn.info.backend_pid
+    with contextlib.suppress(OSError):
+        if Path(f"/proc/{own}/comm").read_text().startswith("postgres"):
+            return pids
+    return None
+
+
+class CpuMeter:
+    """CPU seconds of ``workers`` and of ``backends`` (None: n/a) since it was made.
+    A process that exits meanwhile is left out of both readings."""
+
+    def __init__(self, workers: Iterable[int], backends: Iterable[int] | None) -> None:
+        self._workers = {pid: cpu_seconds(pid) for pid in workers}
+        self._backends = None if backends is None else {pid: cpu_seconds(pid) for pid in backends}
+
+    def used(self) -> tuple[float, float | None]:
+        """CPU seconds used so far by the workers, and by the backends (None: n/a)."""
+        server = None if self._backends is None else _used(self._backends)
+        return _used(self._workers), server
+
+
+def _used(before: dict[int, float | None]) -> float:
+    total = 0.0
+    for pid, start in before.items():
+        now = cpu_seconds(pid)
+        if start is not None and now is not None:
+            total += now - start
+    return total

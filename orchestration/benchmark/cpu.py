@@ -32,10 +32,10 @@ def server_backends(conninfo: str) -> list[int] | None:
     of this machine (a PostgreSQL elsewhere: None)."""
     with psycopg.connect(conninfo, autocommit=True) as conn:
         pids = [row[0] for row in conn.execute(BACKENDS)]
-        own = conn.info.backend_pid
-    with contextlib.suppress(OSError):
-        if Path(f"/proc/{own}/comm").read_text().startswith("postgres"):
-            return pids
+        # Looked up while the connection holds its backend: once closed, the process may be gone.
+        with contextlib.suppress(OSError):
+            if Path(f"/proc/{conn.info.backend_pid}/comm").read_text().startswith("postgres"):
+                return pids
     return None
 
 

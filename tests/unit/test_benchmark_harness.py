@@ -8,9 +8,12 @@ import importlib
 import os
 import time
 
-from orchestration.benchmark.cpu import CpuMeter, cpu_seconds
+import pytest
+
+from orchestration.benchmark.cpu import CpuMeter, cpu_seconds, server_backends
 from orchestration.benchmark.workflows import WORKFLOW_TYPE
 from orchestration.registry import registered_workflows
+from tests.support import other_connection
 
 
 def test_benchmark__importing_the_command_and_harness_registers_no_workflow_type():
@@ -27,3 +30,10 @@ def test_cpu_meter__counts_the_cpu_a_process_spends__and_leaves_out_one_not_visi
     workers, server = meter.used()
     assert 0.05 <= workers <= 1.0 and server is None
     assert cpu_seconds(2**22 + 1) is None
+
+
+@pytest.mark.django_db
+def test_server_backends__of_a_server_on_this_machine__are_found_every_time():
+    with other_connection() as connection:
+        conninfo = connection.info.dsn
+    assert all(server_backends(conninfo) for _ in range(200))

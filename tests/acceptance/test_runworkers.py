@@ -29,6 +29,19 @@ def wait_for(predicate, timeout: float = 30.0, interval: float = 0.05) -> bool:
     return False
 
 
+def stopped_during_its_first_step(workflow, workers, *args: str) -> str:
+    """A ``runworkers`` process sent SIGTERM once ``workflow``'s first step body
+    runs; returns its output, having checked it exited cleanly."""
+    process = start_workers("--concurrency", "1", *args)
+    workers.append(process)
+    assert wait_for(lambda: StepRun.objects.filter(workflow_id=workflow.pk).exists())
+    process.send_signal(signal.SIGTERM)
+    output, _ = process.communicate(timeout=30)
+    assert process.returncode == 0, output
+    workflow.refresh_from_db()
+    return output
+
+
 def test_three_worker_processes_run_300_workflows_each_step_body_exactly_once(workers):
     ids = {start_workflow("three_steps", {"n": n}).pk for n in range(300)}
     for _ in range(3):
@@ -133,13 +146,7 @@ def test_claim_skips_a_row_locked_by_another_connection():
 
 def test_sigterm__finishes_the_running_step_then_releases_without_spending_an_attempt(workers):
     workflow = start_workflow("slow", {"seconds": 1.5, "steps": 3})
-    process = start_workers("--concurrency", "1", "--poll-interval", "0.1")
-    workers.append(process)
-    assert wait_for(lambda: StepRun.objects.filter(workflow_id=workflow.pk).exists())
-    process.send_signal(signal.SIGTERM)
-    output, _ = process.communicate(timeout=30)
-    assert process.returncode == 0, output
-    workflow.refresh_from_db()
+    output = stopped_during_its_first_step(workflow, workers, "--poll-interval", "0.1")
     assert (workflow.status, workflow.attempts, workflow.lease_token) == ("pending", 0, None)
     steps = WorkflowStep.objects.filter(workflow=workflow).order_by("step_number")
     assert [step.status for step in steps] == ["completed"], "the running step finished, no new one started"

@@ -4,14 +4,13 @@ passed deadline) goes through a workflow's ``except Exception:``."""
 from __future__ import annotations
 
 import datetime
-import signal
 
 import pytest
 from django.utils import timezone
 
 from orchestration import cancel_workflow, start_workflow
 from orchestration.models import Workflow
-from tests.acceptance.test_runworkers import wait_for
+from tests.acceptance.test_runworkers import stopped_during_its_first_step, wait_for
 from tests.support import drain, run_burst, start_workers, worker_env
 from tests.testapp.models import StepRun
 
@@ -33,13 +32,7 @@ def test_sleep__in_a_broad_except_still_suspends_the_run_until_it_is_due():
 
 def test_release_at_shutdown__in_a_broad_except_still_gives_the_run_back(workers):
     workflow = start_workflow("swallows_every_error", {"seconds": 2})
-    process = start_workers("--concurrency", "1")
-    workers.append(process)
-    assert wait_for(lambda: StepRun.objects.filter(workflow_id=workflow.pk).exists())
-    process.send_signal(signal.SIGTERM)
-    output, _ = process.communicate(timeout=30)
-    assert process.returncode == 0, output
-    workflow.refresh_from_db()
+    output = stopped_during_its_first_step(workflow, workers)
     assert (workflow.status, workflow.attempts, workflow.current_step) == ("pending", 0, 1), output
     assert bodies_run(workflow) == ["step 1"]
 

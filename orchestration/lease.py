@@ -155,7 +155,7 @@ class Lease:
     def start_step(self, number: int, name: str) -> None:
         """Record step ``number`` running, in one statement with the previous
         step's deferred checkpoint."""
-        self._fenced(sql.START_STEP, step=number, name=name)
+        self._fenced(step=number, name=name)
 
     def defer_checkpoint(self, number: int, name: str, output: Any) -> None:
         """Keep step ``number``'s checkpoint to write it with the run's next
@@ -313,7 +313,7 @@ class Lease:
         try:
             with self._transaction_if(self.checkpoint is not None or self.placeholder is not None):
                 if self.checkpoint is not None:
-                    self._fenced(sql.FENCE)
+                    self._fenced()
                 held = _workflows().filter(pk=self.id, lease_token=self.lease_token, status=WorkflowStatus.RUNNING)
                 if move(held) if move is not None else held.update(updated_at=Now(), **changes):
                     self._drop_placeholder()
@@ -326,19 +326,20 @@ class Lease:
                 raise
             self._refuse_checkpoint(exc)
 
-    def _fenced(self, statement: str, **params: Any) -> None:
-        """Run ``sql.FENCE`` or ``sql.START_STEP``, which write nothing unless
-        this run still holds the workflow; the deferred checkpoint goes with it."""
-        params.update(id=self.id, lease=self.lease_token, **self.checkpoint_params())
+    def _fenced(self, step: int | None = None, name: str | None = None) -> None:
+        """Run ``sql.FENCED_WRITE``, which writes nothing unless this run still
+        holds the workflow: the deferred checkpoint, and step ``step`` recorded
+        running (none: the fence alone)."""
+        params = {"id": self.id, "lease": self.lease_token, "step": step, "name": name, **self.checkpoint_params()}
         try:
-            (rows,) = sql.run_together(conf.DATABASE, [(statement, params)])
+            rows = sql.run(conf.DATABASE, sql.FENCED_WRITE, params)
         except CONNECTION_ERRORS:
             raise
         except DatabaseError as exc:
             if self.checkpoint is None or connections[conf.DATABASE].in_atomic_block:
                 raise
             self._refuse_checkpoint(exc)
-        if not rows or not rows[0][0]:
+        if not rows[0][0]:
             self._lost()
         self.checkpoint = None
 

@@ -1,11 +1,12 @@
 """The statements the ORM cannot express, each written out whole and named.
 
-The worker's hot path is three statements, each one round trip and, in
+The worker's hot path is two statements, each one round trip and, in
 autocommit mode, one transaction: ``COMPLETE_AND_CLAIM`` (the claim, and the
-completions a process writes with it), ``START_STEP`` and ``FENCE``. Every one
-but the claim is fenced by CTE ``held``: the workflow row if, and only if, this
-lease still holds it, locked for the rest of the statement, so a concurrent
-cancel or reclaim either commits first (``held`` is empty) or waits for it.
+completions a process writes with it) and ``FENCED_WRITE`` (a step's start,
+or the fence before a run's other writes). Every write but the claim is
+fenced: it changes the workflow row if, and only if, this lease still holds
+it, and locks it for the rest of the transaction, so a concurrent cancel or
+reclaim either commits first (nothing is written) or waits for it.
 Which status each statement may write is declared in ``transitions.MOVES``.
 The INSERT that starts runs is built per set of columns, in ``enqueue``.
 """
@@ -274,50 +275,18 @@ def complete_and_claim_limited(limit: int) -> str:
     return COMPLETE_AND_CLAIM_LIMITED.replace("{limit}", str(int(limit)))
 
 
-#: The head of the fenced statements: lock the row ``%(id)s`` if lease
-#: ``%(lease)s`` still holds it and, with a deferred checkpoint (a step
-#: ``%(checkpoint_step)s`` that is not NULL), write that checkpoint and move
-#: ``current_step`` to it; progress ends a crash loop, so the deaths counted at
-#: one step are reset. ``completed_at`` is when the step's body returned.
-#:
-#: Planner: ``IS NOT DISTINCT FROM 'running'`` keeps stale statistics from picking ``idx_workflows_running``.
-#: Planner: the step is found by its key, not joined with ``held``, which stale statistics made a seq scan.
-_HELD = """
-WITH held AS (
-    UPDATE workflows
-    SET current_step = COALESCE(%(checkpoint_step)s::integer, current_step),
-        worker_deaths = CASE WHEN %(checkpoint_step)s::integer IS NULL THEN worker_deaths ELSE 0 END,
-        lost_at_step = CASE WHEN %(checkpoint_step)s::integer IS NULL THEN lost_at_step END
-    WHERE id = %(id)s AND lease_token = %(lease)s AND status IS NOT DISTINCT FROM 'running'
-    RETURNING id
-), checkpoint AS (
-    UPDATE workflow_steps
-    SET status = 'completed', output_data = %(checkpoint_output)s::jsonb, error_message = NULL,
-        step_name = %(checkpoint_name)s,
-        completed_at = statement_timestamp() - make_interval(secs => %(checkpoint_age)s::float8)
-    WHERE workflow_id = %(id)s AND step_number = %(checkpoint_step)s::integer AND EXISTS (SELECT FROM held)
-)"""
-
-#: ``_HELD`` alone: 1 if the lease holds (and the checkpoint was written), else 0.
-FENCE = _HELD + "\nSELECT count(*) FROM held"
-
-#: ``_HELD``, then record step ``%(step)s`` running; no row: the lease is lost.
-#: The claim's unnamed row for step 1 is this attempt's own start, not another.
-START_STEP = (
-    _HELD
-    + """
-INSERT INTO workflow_steps (workflow_id, step_number, step_name, status, started_at, attempts)
-SELECT id, %(step)s, %(name)s, 'running', statement_timestamp(), 1 FROM held
-ON CONFLICT (workflow_id, step_number) DO UPDATE
-SET step_name = excluded.step_name, status = 'running', started_at = excluded.started_at,
-    completed_at = NULL, error_message = NULL,
-    attempts = workflow_steps.attempts
-        + (workflow_steps.step_name IS NOT NULL OR workflow_steps.status <> 'running')::int
-RETURNING 1
-"""
+#: The fenced write (``orchestration_fenced_write``, migration 0012): nothing
+#: unless lease ``%(lease)s`` still holds workflow ``%(id)s``; then the deferred
+#: checkpoint (a step ``%(checkpoint_step)s`` that is not NULL) and, with a
+#: step ``%(step)s`` that is not NULL, that step recorded running. Returns 1
+#: if the lease held, else 0. A function, so that its planner settings ride in
+#: its ``SET`` clauses instead of a pipeline (see ``run_together``).
+FENCED_WRITE = (
+    "SELECT orchestration_fenced_write(%(id)s, %(lease)s, %(checkpoint_step)s::integer, %(checkpoint_name)s, "
+    "%(checkpoint_output)s::jsonb, %(checkpoint_age)s::float8, %(step)s::integer, %(name)s)"
 )
 
-#: The parameters ``_HELD`` takes for "no deferred checkpoint".
+#: ``FENCED_WRITE``'s parameters for "no deferred checkpoint".
 NO_CHECKPOINT: dict[str, Any] = {
     "checkpoint_step": None,
     "checkpoint_name": None,

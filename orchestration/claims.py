@@ -57,12 +57,12 @@ def finish_and_claim(
         return [], set()
     if limited is None:
         limited = flow.rules_of(queues).limited
-    statement = claim_statement(worker_id, queues, finished, limit, limited)
     if limited:
+        statement = claim_statement(worker_id, queues, finished, limit, limited)
         lock = (sql.LOCK_QUEUES, {"queues": statement[1]["queues"], "space": sql.QUEUE_LOCK_SPACE})
         _, rows = sql.run_together(conf.DATABASE, [lock, statement], sql.INDEX_PLANS_ONLY_NO_JIT)
     else:
-        (rows,) = sql.run_together(conf.DATABASE, [statement])
+        rows = sql.run(conf.DATABASE, sql.CLAIM, {**claim_params(worker_id, queues, finished), "limit": limit})
     completed = set(rows[0][-1] or ())
     for item in finished:
         if item.run.id in completed:
@@ -74,10 +74,16 @@ def claim_statement(
     worker_id: str, queues: list[str] | None, finished: list[FinishedRun], limit: int, limited: bool = False
 ) -> tuple[str, dict[str, Any]]:
     """``sql.COMPLETE_AND_CLAIM`` (``_LIMITED`` with ``limited``) for ``limit``
-    runs, and its parameters (also for ``EXPLAIN``, by the benchmark and the tests)."""
-    completions = completion_params([(item.run, item.output) for item in finished])
-    params = {**completions, "worker": worker_id, "queues": _queue_array(tuple(queues or ()))}
+    runs, and its parameters: what the claim runs (the unlimited one as the
+    body of ``sql.CLAIM``'s function), for ``EXPLAIN`` by the benchmark and the tests."""
+    params = claim_params(worker_id, queues, finished)
     return (sql.complete_and_claim_limited if limited else sql.complete_and_claim)(limit), params
+
+
+def claim_params(worker_id: str, queues: list[str] | None, finished: list[FinishedRun]) -> dict[str, Any]:
+    """The claim's parameters but its limit: ``finished``'s completions, the worker, the queues."""
+    completions = completion_params([(item.run, item.output) for item in finished])
+    return {**completions, "worker": worker_id, "queues": _queue_array(tuple(queues or ()))}
 
 
 @functools.lru_cache(maxsize=64)

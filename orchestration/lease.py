@@ -215,9 +215,9 @@ class Lease:
         """Mark the run completed with its result (and its last step's deferred
         checkpoint); the completion statement the worker batches, for one run.
         A child wakes its waiting parent in the same transaction."""
-        params = {**completion_params([(self, json.dumps(output))]), "worker": None, "queues": None}
+        params = {**completion_params([(self, json.dumps(output))]), "worker": None, "queues": None, "limit": 0}
         with self._transaction_if(self.placeholder is not None or self.parent_id is not None):
-            (rows,) = sql.run_together(conf.DATABASE, [(sql.complete_and_claim(0), params)])
+            rows = sql.run(conf.DATABASE, sql.CLAIM, params)
             if not rows[0][-1]:
                 self._lost()
             self.checkpoint = None

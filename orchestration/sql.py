@@ -64,8 +64,9 @@ _COMPLETIONS = """done AS (
 #: Complete the runs given as arrays (each fenced by its own lease, with its
 #: deferred checkpoint; a NULL step: none), then claim up to ``{limit}`` due
 #: workflows of ``%(queues)s`` (NULL: every queue) for ``%(worker)s``. Empty
-#: arrays complete nothing; a limit of 0 claims nothing. Run it as
-#: ``complete_and_claim(limit)``, which writes the limit into the text.
+#: arrays complete nothing; a limit of 0 claims nothing. The workers run it
+#: as ``CLAIM``; ``complete_and_claim(limit)`` writes the limit into the text,
+#: for ``EXPLAIN``.
 #:
 #: Returns the claimed rows, each with the array of the ids completed (a run
 #: missing from it had lost its lease), or one row of NULLs with it when
@@ -75,7 +76,7 @@ _COMPLETIONS = """done AS (
 #: code runs, and named with its checkpoint (``lease.Lease.placeholder``).
 #:
 #: Planner: ``'pending'`` is written, not bound, so the generic plan can use ``idx_workflows_claim``.
-#: Planner: the limit is written, not bound: a bound one is planned as a tenth of the table (docs/performance.md).
+#: Planner: a bound limit is planned as a tenth of the table; under ``INDEX_PLANS_ONLY`` that changes no scan.
 #: Planner: "no step row" is a scalar subquery, not NOT EXISTS, which a large claim hashes over every step.
 #: Locks: the completions come in id order, so two batches lock their rows in one order.
 COMPLETE_AND_CLAIM = (
@@ -112,9 +113,19 @@ SELECT taken.*, completed.ids FROM (SELECT array_agg(id) AS ids FROM done) AS co
 
 @functools.lru_cache(maxsize=64)
 def complete_and_claim(limit: int) -> str:
-    """``COMPLETE_AND_CLAIM`` for claims of up to ``limit`` runs: one prepared
-    statement, and one generic plan, a claim size."""
+    """``COMPLETE_AND_CLAIM`` with ``limit`` written in, as the plan tests and the benchmark ``EXPLAIN`` it."""
     return COMPLETE_AND_CLAIM.replace("{limit}", str(int(limit)))
+
+
+#: ``COMPLETE_AND_CLAIM`` as the worker runs it: the body of function
+#: ``orchestration_complete_and_claim`` (see ``functions``), whose ``SET``
+#: clauses carry ``INDEX_PLANS_ONLY``, so that it is one statement without a
+#: pipeline. Its limit is bound (``%(limit)s``); under those settings the
+#: generic plan is the written limit's.
+CLAIM = (
+    "SELECT * FROM orchestration_complete_and_claim(%(ids)s, %(leases)s, %(outputs)s, %(steps)s, %(step_names)s, "
+    "%(step_outputs)s, %(ages)s, %(worker)s, %(queues)s, %(limit)s::integer)"
+)
 
 
 #: Before ``COMPLETE_AND_CLAIM_LIMITED``, in its transaction: the advisory lock of
@@ -275,7 +286,7 @@ def complete_and_claim_limited(limit: int) -> str:
     return COMPLETE_AND_CLAIM_LIMITED.replace("{limit}", str(int(limit)))
 
 
-#: The fenced write (``orchestration_fenced_write``, migration 0012): nothing
+#: The fenced write (``orchestration_fenced_write``, see ``functions``): nothing
 #: unless lease ``%(lease)s`` still holds workflow ``%(id)s``; then the deferred
 #: checkpoint (a step ``%(checkpoint_step)s`` that is not NULL) and, with a
 #: step ``%(step)s`` that is not NULL, that step recorded running. Returns 1

@@ -5,8 +5,10 @@ trips, and a claim plan that stays an index scan."""
 from __future__ import annotations
 
 import datetime
+import importlib
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -15,7 +17,8 @@ from django.db import DataError, connection, connections
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from orchestration import claims, recovery, sql, start_workflow, start_workflows, workflow
+import orchestration.migrations
+from orchestration import claims, functions, recovery, sql, start_workflow, start_workflows, workflow
 from orchestration.errors import RunCancelled
 from orchestration.lease import Lease
 from orchestration.models import StepStatus, Workflow, WorkflowStatus, WorkflowStep
@@ -268,15 +271,37 @@ def test_claim_generic_plan__reads_the_steps_of_the_claimed_runs_only__with_many
     pg.execute("ANALYZE workflows, workflow_steps")
     pg.execute(sql.INDEX_PLANS_ONLY)
     # A claim as large as a whole process's threads and more: claiming ahead makes them.
-    psycopg.Cursor(pg).execute(*claims.claim_statement("w", None, [], 400), prepare=True)
+    bound_limit = sql.COMPLETE_AND_CLAIM.replace("{limit}", "%(limit)s::integer")  # as the function binds it
+    psycopg.Cursor(pg).execute(bound_limit, {**claims.claim_params("w", None, []), "limit": 400}, prepare=True)
     name, types = pg.execute(
         "SELECT name, parameter_types FROM pg_prepared_statements WHERE cardinality(parameter_types) > 0"
     ).fetchone()
-    arguments = {"uuid[]": "'{}'", "jsonb": "'[]'", "integer[]": "'{}'", "double precision[]": "'{}'", "text[]": "NULL"}
+    arguments = {"uuid[]": "'{}'", "jsonb": "'[]'", "integer[]": "'{}'", "double precision[]": "'{}'", "text[]": "NULL",
+                 "smallint": "400", "integer": "400"}  # fmt: skip
     values = ", ".join(arguments.get(kind, "'w'") for kind in types)
     plan = "\n".join(row[0] for row in pg.execute(f"EXPLAIN (ANALYZE, COSTS OFF) EXECUTE {name}({values})"))
     assert "idx_workflow_steps_lookup" in plan, plan
     assert not any(f"rows={n}" in plan for n in (1000, 1500)), plan  # no read of every step row
+
+
+@pytest.mark.parametrize("name", sorted(functions.FUNCTIONS))
+def test_hot_path_functions__in_the_database__are_those_of_orchestration_functions(name):
+    """A change to ``orchestration.functions`` (or to ``sql.COMPLETE_AND_CLAIM``)
+    needs a migration that creates the functions again, or the workers run the old body."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT prosrc FROM pg_proc WHERE proname = %s", [name])
+        (body,) = cursor.fetchone()
+    assert body == functions.FUNCTIONS[name][1]
+
+
+def test_hot_path_functions__changed__come_with_a_migration_that_creates_them_again():
+    migrations = sorted(path.stem for path in Path(orchestration.migrations.__file__).parent.glob("0*.py"))
+    recorded = [
+        module.FUNCTIONS_FINGERPRINT
+        for module in (importlib.import_module(f"orchestration.migrations.{name}") for name in migrations)
+        if hasattr(module, "FUNCTIONS_FINGERPRINT")
+    ]
+    assert recorded[-1] == functions.fingerprint(), "add a migration that runs functions.create_functions()"
 
 
 def test_finish_and_claim__completes_finished_runs_with_their_checkpoints_and_claims_in_one_transaction():

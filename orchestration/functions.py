@@ -1,0 +1,124 @@
+"""The worker's two hot statements as PL/pgSQL functions, and their DDL.
+
+Each hot statement was sent in a pipeline after ``sql.INDEX_PLANS_ONLY``'s
+``set_config`` calls, so that its plan never depends on fresh statistics. As
+a function it carries those planner settings in its ``SET`` clauses: one
+statement, no pipeline, about a third less of the worker's CPU a round trip
+(docs/performance.md), and PL/pgSQL keeps each of its statements' generic
+plans for the connection's life.
+
+The migrations create them from this module (``CREATE OR REPLACE``), each
+with the ``fingerprint`` of the text it creates: a change here (or to
+``sql.COMPLETE_AND_CLAIM``) needs a new migration that runs
+``create_functions`` again, or databases migrated before keep the old body; a
+test fails until the last such migration carries the current fingerprint.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+
+from . import sql
+
+#: Planner settings of both functions: ``sql.INDEX_PLANS_ONLY``'s, as ``SET`` clauses.
+_SETTINGS = """SET enable_seqscan = off SET enable_bitmapscan = off SET enable_sort = off SET enable_hashjoin = off
+SET enable_mergejoin = off SET plan_cache_mode = force_generic_plan"""
+
+#: ``orchestration_fenced_write``: writes nothing unless lease ``p_lease`` still
+#: holds workflow ``p_id`` (running); then locks the row and, with a deferred
+#: checkpoint (``p_checkpoint_step`` not NULL), moves ``current_step`` to it and
+#: resets the deaths counted at one step (progress ends a crash loop), writes
+#: that step's checkpoint (``completed_at`` is when its body returned,
+#: ``p_checkpoint_age`` seconds ago), and records step ``p_step`` running (none
+#: when NULL). The claim's unnamed row for step 1 is this attempt's own start,
+#: not another. Returns 1 if the lease held, else 0.
+FENCED_WRITE_BODY = """
+BEGIN
+    -- IS NOT DISTINCT FROM keeps stale statistics from picking idx_workflows_running.
+    UPDATE workflows
+    SET current_step = COALESCE(p_checkpoint_step, current_step),
+        worker_deaths = CASE WHEN p_checkpoint_step IS NULL THEN worker_deaths ELSE 0 END,
+        lost_at_step = CASE WHEN p_checkpoint_step IS NULL THEN lost_at_step END
+    WHERE id = p_id AND lease_token = p_lease AND status IS NOT DISTINCT FROM 'running';
+    IF NOT FOUND THEN
+        RETURN 0;
+    END IF;
+    IF p_checkpoint_step IS NOT NULL THEN
+        UPDATE workflow_steps
+        SET status = 'completed', output_data = p_checkpoint_output, error_message = NULL,
+            step_name = p_checkpoint_name,
+            completed_at = statement_timestamp() - make_interval(secs => p_checkpoint_age)
+        WHERE workflow_id = p_id AND step_number = p_checkpoint_step;
+    END IF;
+    IF p_step IS NOT NULL THEN
+        INSERT INTO workflow_steps (workflow_id, step_number, step_name, status, started_at, attempts)
+        VALUES (p_id, p_step, p_name, 'running', statement_timestamp(), 1)
+        ON CONFLICT (workflow_id, step_number) DO UPDATE
+        SET step_name = excluded.step_name, status = 'running', started_at = excluded.started_at,
+            completed_at = NULL, error_message = NULL,
+            attempts = workflow_steps.attempts
+                + (workflow_steps.step_name IS NOT NULL OR workflow_steps.status <> 'running')::int;
+    END IF;
+    RETURN 1;
+END
+"""
+
+FENCED_WRITE = (
+    """
+CREATE OR REPLACE FUNCTION orchestration_fenced_write(
+    p_id uuid, p_lease uuid, p_checkpoint_step integer, p_checkpoint_name text, p_checkpoint_output jsonb,
+    p_checkpoint_age float8, p_step integer, p_name text
+) RETURNS integer LANGUAGE plpgsql VOLATILE
+"""
+    + _SETTINGS
+    + "\nAS $$"
+    + FENCED_WRITE_BODY
+    + "$$;"
+)
+
+
+def claim_body() -> str:
+    """``orchestration_complete_and_claim``'s body: ``sql.COMPLETE_AND_CLAIM``
+    with its parameters as the function's (``p_``) and its limit bound."""
+    statement = re.sub(r"%\((\w+)\)s", r"p_\1", sql.COMPLETE_AND_CLAIM.replace("{limit}", "p_limit"))
+    # The columns it returns share their names with the function's: they are the tables'.
+    return f"\n#variable_conflict use_column\nBEGIN\n    RETURN QUERY{statement.rstrip()};\nEND\n"
+
+
+COMPLETE_AND_CLAIM = (
+    """
+CREATE OR REPLACE FUNCTION orchestration_complete_and_claim(
+    p_ids text, p_leases text, p_outputs text, p_steps text, p_step_names text, p_step_outputs text, p_ages text,
+    p_worker text, p_queues text, p_limit integer
+) RETURNS TABLE (
+    id uuid, workflow_type varchar, input_data jsonb, lease_token uuid, attempts integer, max_retries integer,
+    queue varchar, parent_id uuid, deadline timestamptz, fresh boolean, ids uuid[]
+) LANGUAGE plpgsql VOLATILE
+"""
+    + _SETTINGS
+    + "\nAS $$"
+    + claim_body()
+    + "$$;"
+)
+
+#: Each function's name, its DDL, and its body as ``pg_proc.prosrc`` holds it.
+FUNCTIONS = {
+    "orchestration_fenced_write": (FENCED_WRITE, FENCED_WRITE_BODY),
+    "orchestration_complete_and_claim": (COMPLETE_AND_CLAIM, claim_body()),
+}
+
+DROP = """
+DROP FUNCTION orchestration_fenced_write(uuid, uuid, integer, text, jsonb, float8, integer, text);
+DROP FUNCTION orchestration_complete_and_claim(text, text, text, text, text, text, text, text, text, integer);
+"""
+
+
+def create_functions() -> str:
+    """The DDL that creates (or replaces) both functions as this module has them."""
+    return "\n".join(ddl for ddl, _ in FUNCTIONS.values())
+
+
+def fingerprint() -> str:
+    """A digest of ``create_functions()``, which the migration that creates them records."""
+    return hashlib.sha256(create_functions().encode()).hexdigest()[:16]

@@ -1,0 +1,17 @@
+"""The worker's hot statements as functions, ``orchestration_fenced_write``
+and ``orchestration_complete_and_claim`` (see ``orchestration.functions``)."""
+
+from __future__ import annotations
+
+from django.db import migrations
+
+from orchestration import functions
+
+#: ``functions.fingerprint()`` of the text this migration was written for.
+FUNCTIONS_FINGERPRINT = "4005e83bb90f760c"
+
+
+class Migration(migrations.Migration):
+    dependencies = [("orchestration", "0011_console_error_history")]
+
+    operations = [migrations.RunSQL(functions.create_functions(), functions.DROP)]

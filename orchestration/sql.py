@@ -58,7 +58,8 @@ _COMPLETIONS = """done AS (
     SET status = 'completed', output_data = done.step_output, error_message = NULL, step_name = done.step_name,
         completed_at = statement_timestamp() - make_interval(secs => done.age)
     FROM done
-    WHERE workflow_steps.workflow_id = done.id AND workflow_steps.step_number = done.step
+    WHERE workflow_steps.workflow_id = ANY(ARRAY(SELECT id FROM done))  -- an index lookup, whatever the join order
+      AND workflow_steps.workflow_id = done.id AND workflow_steps.step_number = done.step
 """
 
 #: Complete the runs given as arrays (each fenced by its own lease, with its
@@ -96,7 +97,7 @@ WITH """
         started_at = COALESCE(w.started_at, statement_timestamp()), updated_at = statement_timestamp(),
         run_after = NULL, waiting_for = NULL
     FROM claimed
-    WHERE w.id = claimed.id
+    WHERE w.id = claimed.id AND w.id = ANY(ARRAY(SELECT id FROM claimed))  -- whatever the join order
     RETURNING w.id, w.workflow_type, w.input_data, w.lease_token, w.attempts, w.max_retries, w.queue, w.parent_id,
         w.deadline,
         claimed.started_at IS NULL AND (SELECT 1 FROM workflow_steps AS s WHERE s.workflow_id = w.id LIMIT 1) IS NULL

@@ -8,7 +8,7 @@ from django.db import migrations
 from orchestration import functions
 
 #: ``functions.fingerprint()`` of the text this migration was written for.
-FUNCTIONS_FINGERPRINT = "4005e83bb90f760c"
+FUNCTIONS_FINGERPRINT = "c1ad04ca8860bf25"
 
 
 class Migration(migrations.Migration):

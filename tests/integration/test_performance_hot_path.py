@@ -284,6 +284,22 @@ def test_claim_generic_plan__reads_the_steps_of_the_claimed_runs_only__with_many
     assert not any(f"rows={n}" in plan for n in (1000, 1500)), plan  # no read of every step row
 
 
+def test_claim_generic_plan__with_stale_statistics__reads_each_table_by_an_index_condition():
+    # The function's plan: its limit bound, planned once, under its planner settings, while the
+    # statistics still say the tables are empty; a completion with a checkpoint runs every part.
+    runs = _stale_statistics_with_a_half_drained_backlog()
+    for run in runs[:4]:
+        run.defer_checkpoint(1, "only", None)
+    finished = [claims.FinishedRun(run, "null", 0.0) for run in runs[:4]]
+    pg = connection.connection
+    pg.execute(sql.INDEX_PLANS_ONLY)
+    bound_limit = sql.COMPLETE_AND_CLAIM.replace("{limit}", "%(limit)s::integer")
+    plan = _plan(bound_limit, {**claims.claim_params("w", None, finished), "limit": 4})
+    scans = plan.split("->")
+    unbounded = [scan for scan in scans if " Scan using " in scan and "Index Cond" not in scan.split("->")[0]]
+    assert not [scan for scan in unbounded if "idx_workflows_claim" not in scan], plan  # the claim's own is ordered
+
+
 @pytest.mark.parametrize("name", sorted(functions.FUNCTIONS))
 def test_hot_path_functions__in_the_database__are_those_of_orchestration_functions(name):
     """A change to ``orchestration.functions`` (or to ``sql.COMPLETE_AND_CLAIM``)

@@ -9,9 +9,11 @@ defaults come from ``ORCHESTRATION["QUEUES"]`` (``sync_settings``, run by every
 from ``manage.py workflow_queues``.
 
 Workers enforce them in the claim itself: a worker that serves a paused or
-limited queue claims with ``sql.COMPLETE_AND_CLAIM_LIMITED`` after taking the
-locks of its limited queues (``sql.LOCK_QUEUES``), so the limits hold across
-every process; the others keep ``sql.COMPLETE_AND_CLAIM``. Each worker reads
+limited queue claims with ``sql.COMPLETE_AND_CLAIM_LIMITED`` (or, when no queue
+it serves has a per-key or a rate limit, the cheaper
+``counted_sql.COMPLETE_AND_CLAIM_COUNTED``) after taking the locks of its
+limited queues (``sql.LOCK_QUEUES``), so the limits hold across every process;
+the others keep ``sql.COMPLETE_AND_CLAIM``. Each worker reads
 which kind it is once a poll interval (``RulesCache``), so a change reaches
 every worker within one.
 """
@@ -45,8 +47,10 @@ RESTRICTING = Q(paused=True) | Q(*(Q(**{f"{limit}__isnull": False}) for limit in
 class Rules:
     """What a worker knows of the queues it serves."""
 
-    #: One of them is paused or limited: claim with ``sql.COMPLETE_AND_CLAIM_LIMITED``.
+    #: One of them is paused or limited: claim with ``sql.COMPLETE_AND_CLAIM_LIMITED``...
     limited: bool = False
+    #: ... if one of them has a per-key or a rate limit; else ``counted_sql.COMPLETE_AND_CLAIM_COUNTED`` is enough.
+    keys_or_rates: bool = False
 
 
 def rules_of(queues: list[str] | None) -> Rules:
@@ -54,7 +58,8 @@ def rules_of(queues: list[str] | None) -> Rules:
     rows = WorkflowQueue.objects.using(conf.DATABASE).filter(RESTRICTING)
     if queues is not None:
         rows = rows.filter(name__in=queues)
-    return Rules(limited=rows.exists())
+    found = list(rows.values_list("key_concurrency", "rate_limit", "key_rate_limit"))
+    return Rules(limited=bool(found), keys_or_rates=any(value is not None for row in found for value in row))
 
 
 class RulesCache:

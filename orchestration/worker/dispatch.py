@@ -275,8 +275,10 @@ class Dispatcher:
     def _finish_and_claim(self, finished: list[FinishedRun], wanted: int) -> int:
         """Complete ``finished``, claim up to ``wanted`` for the threads; return how many were claimed."""
         try:
-            limited = self.rules.current().limited
-            runs, completed = finish_and_claim(self.worker_id, self.queues, finished, wanted, limited)
+            rules = self.rules.current()
+            runs, completed = finish_and_claim(
+                self.worker_id, self.queues, finished, wanted, rules.limited, rules.keys_or_rates
+            )
         except CONNECTION_ERRORS:
             with self._handoff:  # written by the next claim, or released with the rest on shutdown
                 self._finished[:0] = finished

@@ -310,7 +310,8 @@ def test_claim_plan__a_saturated_key_with_100000_pending__is_never_read():
     assert buffers(plan, "CTE candidate") < 300 and buffers(plan, "CTE taken") < 300, plan
 
 
-def test_claim_plan__a_paused_queue_with_a_backlog__slows_no_other_queue():
+def paused_backlog() -> list[Workflow]:
+    """Queue ``fc`` paused with 20,000 runs pending, and 3 runs of ``fc_free`` (returned) due."""
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE workflows")
         cursor.execute(
@@ -320,6 +321,11 @@ def test_claim_plan__a_paused_queue_with_a_backlog__slows_no_other_queue():
         )
     free = start_workflows("fc_free", range(3))
     pause_queue("fc")
+    return free
+
+
+def test_claim_plan__a_paused_queue_with_a_backlog__slows_no_other_queue():
+    free = paused_backlog()
     plan = generic_plan(*claims.claim_statement("w", None, [], 4, limited=True))
     assert re.search(r"Update on workflows w_\d+ \(actual time=[\d.]+ rows=3 ", plan), plan
     # Each queue's runs are read from its own part of idx_workflows_queue_claim: the paused one's not at all.
@@ -328,8 +334,23 @@ def test_claim_plan__a_paused_queue_with_a_backlog__slows_no_other_queue():
     assert running("fc_free") == len(free)
 
 
-@pytest.mark.parametrize("limits", [{"concurrency": 8}, {"key_concurrency": 1}], ids=["concurrency", "per key"])
-def test_claim_plan__runs_completed_in_the_claim__given_back_without_reading_the_queue_finished_runs(limits):
+def test_claim_plan__counted__a_paused_queue_with_a_backlog__slows_no_other_queue():
+    free = paused_backlog()
+    plan = generic_plan(*claims.claim_statement("w", None, [], 4, limited=True, keys_or_rates=False))
+    assert re.search(r"Update on workflows w_\d+ \(actual time=[\d.]+ rows=3 ", plan), plan
+    # Each queue's runs are read from its own part of idx_workflows_queue_claim (room's reads are claimed's too).
+    assert buffers(plan, "CTE claimed") - buffers(plan, "CTE room") < 50 and "rows=20000" not in plan, plan
+    assert running("fc_free") == len(free)
+
+
+@pytest.mark.parametrize(
+    "limits, keys_or_rates",
+    [({"concurrency": 8}, True), ({"concurrency": 8}, False), ({"key_concurrency": 1}, True)],
+    ids=["concurrency", "concurrency, counted", "per key"],
+)
+def test_claim_plan__runs_completed_in_the_claim__given_back_without_reading_the_queue_finished_runs(
+    limits, keys_or_rates
+):
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE workflows")
         cursor.execute(
@@ -340,7 +361,7 @@ def test_claim_plan__runs_completed_in_the_claim__given_back_without_reading_the
     start_workflows("fc_keyed", [{"key": f"k{n}"} for n in range(8)])
     set_queue_limits("fc_keys", **limits)
     finished = [claims.FinishedRun(run, "null", 0.0) for run in claim(limit=4, queues=["fc_keys"])]
-    plan = generic_plan(*claims.claim_statement("w", ["fc_keys"], finished, 4, limited=True))
+    plan = generic_plan(*claims.claim_statement("w", ["fc_keys"], finished, 4, True, keys_or_rates))
     assert re.search(r"Update on workflows w_\d+ \(actual time=[\d.]+ rows=4 ", plan), plan
     # Joined back to the queue's rows, the runs completed read every finished one, at every claim.
     most_rows_read = max(int(n) for n in re.findall(r"(?:rows=|Rows Removed by \w+ ?\w*: )(\d+)", plan))
@@ -370,6 +391,15 @@ def test_dispatcher__runs_claimed_ahead_count_against_the_concurrency_limit():
     set_queue_limits("fc", concurrency=2)
     assert worker.dispatcher.next_run() is not None
     assert len(worker.dispatcher.waiting) == 1 and running("fc") == 2
+
+
+def test_rules__a_per_key_or_rate_limit_needs_the_full_limited_claim__a_concurrency_limit_or_a_pause_do_not():
+    set_queue_limits("fc", concurrency=2)
+    pause_queue("fc_free")
+    assert flow.rules_of(None) == flow.Rules(limited=True, keys_or_rates=False)
+    set_queue_limits("fc_keys", key_rate_limit="1/s")
+    assert flow.rules_of(None) == flow.Rules(limited=True, keys_or_rates=True)
+    assert flow.rules_of(["fc", "fc_free"]) == flow.Rules(limited=True, keys_or_rates=False)
 
 
 # -- the admin and the command -----------------------------------------------------------

@@ -16,6 +16,14 @@ limited queues (``sql.LOCK_QUEUES``), so the limits hold across every process;
 the others keep ``sql.COMPLETE_AND_CLAIM``. Each worker reads
 which kind it is once a poll interval (``RulesCache``), so a change reaches
 every worker within one.
+
+Claiming ahead (``worker.dispatch``) takes slots of a concurrency limit like
+running runs do, so a process that claims ahead for its threads could hold
+every slot while the threads of the others idle. Each process therefore
+claims ahead only up to its share of the limit (``concurrency_share``): the
+limit split among the live processes that serve the queue, by their threads.
+The share only shapes claiming ahead; the limit itself is still enforced by
+the claim, across every process, whatever the shares are.
 """
 
 from __future__ import annotations
@@ -32,9 +40,10 @@ from django.db.models.functions import Now
 from . import sql
 from .conf import conf
 from .errors import UnknownQueue
-from .models import QueueStart, Workflow, WorkflowQueue, WorkflowStatus
+from .models import QueueStart, Workflow, WorkflowQueue, WorkflowStatus, WorkflowWorker
 from .registry import known_queues
 from .validation import QUEUE_LIMITS, parse_rate, queue_defaults, validate_queue_limit
+from .worker_rows import live_q
 
 #: ``set_queue_limits``'s default for a limit it leaves as it is (None lifts one).
 UNCHANGED: Any = type("Unchanged", (), {"__repr__": lambda self: "UNCHANGED"})()
@@ -62,20 +71,52 @@ def rules_of(queues: list[str] | None) -> Rules:
     return Rules(limited=bool(found), keys_or_rates=any(value is not None for row in found for value in row))
 
 
-class RulesCache:
-    """A worker's ``Rules``, read again once ``interval`` seconds have passed
-    (on the claimer's thread, before its claim)."""
+def concurrency_share(queues: list[str] | None, worker_id: str, threads: int) -> int | None:
+    """The runs a process of ``threads`` threads may hold before it claims
+    ahead no more: of each concurrency limit among ``queues`` (None: every
+    queue) that is not paused, the part its threads make of the threads of the
+    live processes serving that queue (``workflow_workers``, this one counted
+    whether its row is there or not), at least 1; the least of them. None: no
+    such limit."""
+    limits = WorkflowQueue.objects.using(conf.DATABASE).filter(paused=False, concurrency__isnull=False)
+    if queues is not None:
+        limits = limits.filter(name__in=queues)
+    rows = list(limits.values_list("name", "concurrency"))
+    if not rows:
+        return None
+    others = list(
+        WorkflowWorker.objects.using(conf.DATABASE)
+        .filter(live_q())
+        .exclude(pk=worker_id)
+        .values_list("queues", "concurrency")
+    )
+    shares = []
+    for name, concurrency in rows:
+        serving = threads + sum(count for served, count in others if served is None or name in served)
+        shares.append(max(1, (concurrency or 0) * threads // serving))  # not NULL: filtered above
+    return min(shares)
 
-    def __init__(self, queues: list[str] | None, interval: float) -> None:
+
+class RulesCache:
+    """A worker's ``Rules``, and its ``concurrency_share`` when limited, read
+    again once ``interval`` seconds have passed (on the claimer's thread,
+    before its claim)."""
+
+    def __init__(self, queues: list[str] | None, interval: float, worker_id: str = "", threads: int = 1) -> None:
         self.queues = queues
         self.interval = interval
+        self.worker_id = worker_id
+        self.threads = threads
         self.known = Rules()
+        #: ``concurrency_share`` as last read (None: no concurrency limit, or not limited).
+        self.share: int | None = None
         self._read_at: float | None = None
 
     def current(self) -> Rules:
         now = time.monotonic()
         if self._read_at is None or now - self._read_at >= self.interval:
             self.known = rules_of(self.queues)
+            self.share = concurrency_share(self.queues, self.worker_id, self.threads) if self.known.limited else None
             self._read_at = now
         return self.known
 

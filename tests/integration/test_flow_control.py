@@ -7,13 +7,14 @@ from __future__ import annotations
 import datetime
 import json
 import re
+import threading
 import time
 from typing import Any
 
 import pytest
 from django.contrib.admin.utils import quote
 from django.core.management import CommandError, call_command
-from django.db import connection
+from django.db import connection, connections
 from django.db.models import F
 from django.test import override_settings
 from django.urls import reverse
@@ -35,8 +36,10 @@ from orchestration import (
 )
 from orchestration.checks import check_settings
 from orchestration.models import QueueStart, Workflow, WorkflowQueue, WorkflowStatus
-from orchestration.worker import Outcome, Worker
+from orchestration.worker import Outcome, Worker, dispatch
+from tests.acceptance.test_runworkers import wait_for
 from tests.admin_support import staff_user
+from tests.factories import WorkflowWorkerFactory
 from tests.support import drain
 
 pytestmark = pytest.mark.django_db
@@ -391,6 +394,71 @@ def test_dispatcher__runs_claimed_ahead_count_against_the_concurrency_limit():
     set_queue_limits("fc", concurrency=2)
     assert worker.dispatcher.next_run() is not None
     assert len(worker.dispatcher.waiting) == 1 and running("fc") == 2
+
+
+def test_concurrency_share__the_limit_split_among_the_live_processes_serving_the_queue_by_their_threads():
+    set_queue_limits("fc", concurrency=10)
+    WorkflowWorkerFactory(queues=None, concurrency=4)
+    WorkflowWorkerFactory(queues=["fc", "other"], concurrency=2)
+    WorkflowWorkerFactory(queues=["other"], concurrency=8)
+    WorkflowWorkerFactory(queues=None, concurrency=8, gone_at=timezone.now())
+    assert flow.concurrency_share(["fc"], "this-worker", threads=4) == 4  # 10 x 4 of 4 + 4 + 2 threads
+    assert flow.concurrency_share(["fc_free"], "this-worker", threads=4) is None
+
+
+def test_dispatcher__claims_ahead_no_further_than_its_share_of_the_concurrency_limit():
+    start_workflows("fc_noop", range(10))
+    WorkflowWorkerFactory(queues=["fc"], concurrency=3)
+    set_queue_limits("fc", concurrency=4)
+    worker = Worker(concurrency=3, queues=["fc"], poll_interval=0)
+    worker.dispatcher.note_run(Outcome.COMPLETED, 0.001)  # short runs: it claims ahead
+    assert worker.dispatcher.next_run() is not None
+    assert len(worker.dispatcher.waiting) == 1 and running("fc") == 2, "its share, 4 x 3 of 6 threads"
+
+
+def test_dispatcher__a_thread_asking_is_claimed_for_beyond_the_share():
+    start_workflows("fc_noop", range(10))
+    WorkflowWorkerFactory(queues=["fc"], concurrency=6)
+    set_queue_limits("fc", concurrency=4)
+    worker = Worker(concurrency=2, queues=["fc"], poll_interval=0)  # a share of 1
+    worker.dispatcher.note_run(Outcome.COMPLETED, 0.001)
+    assert worker.dispatcher.next_run() is not None and not worker.dispatcher.waiting
+    assert worker.dispatcher.next_run() is not None and running("fc") == 2
+
+
+@pytest.mark.django_db(transaction=True)
+def test_dispatcher__holding_its_whole_share__completes_a_finished_run_with_its_other_runs_in_one_claim(monkeypatch):
+    monkeypatch.setattr(dispatch, "CLAIM_AHEAD_WHILE_RUNS_UNDER", 10.0)  # runs of a second count as short
+    start_workflows("fc_noop", range(10))
+    set_queue_limits("fc", concurrency=2)
+    dispatcher = Worker(concurrency=2, queues=["fc"], poll_interval=0).dispatcher
+    dispatcher.note_run(Outcome.COMPLETED, 1.0)
+    runs: dict[str, Any] = {}
+    finish = {name: threading.Event() for name in "ab"}
+
+    def worker_thread(name: str) -> None:
+        try:
+            runs[name] = dispatcher.next_run()
+            finish[name].wait(10)
+            dispatcher.finish(claims.FinishedRun(runs[name], "null", time.monotonic()))
+            runs[name + " next"] = dispatcher.next_run()
+        finally:
+            connections.close_all()
+
+    threads = {name: threading.Thread(target=worker_thread, args=(name,)) for name in "ab"}
+    for name, thread in threads.items():
+        thread.start()
+        assert wait_for(lambda name=name: name in runs, timeout=10, interval=0.01)
+    finish["a"].set()
+    time.sleep(0.3)
+    ids = [runs["a"].id, runs["b"].id]
+    assert running("fc") == 2 and not Workflow.objects.filter(pk__in=ids, status=WorkflowStatus.COMPLETED).exists()
+    finish["b"].set()
+    for thread in threads.values():
+        thread.join(timeout=10)
+    finished_at = set(Workflow.objects.filter(pk__in=ids, status=WorkflowStatus.COMPLETED).values_list("finished_at"))
+    assert len(finished_at) == 1, "completed together, in one statement"
+    assert runs["a next"] is not None and runs["b next"] is not None and running("fc") == 2
 
 
 def test_rules__a_per_key_or_rate_limit_needs_the_full_limited_claim__a_concurrency_limit_or_a_pause_do_not():

@@ -277,9 +277,11 @@ class Benchmark:
 
     def _limit(self, concurrency: int | None = None, key_concurrency: int | None = None) -> None:
         """Set the "limited" queue's limits, and wait until its workers have read
-        their share of them again (once a poll interval) before any drain."""
+        their share of them again before any drain: an idle thread asks once a
+        poll interval, and reads them if it is a poll interval since they were
+        read, so two intervals after the change at the most."""
         self.limited.execute(SET_LIMITS, {"concurrency": concurrency, "key_concurrency": key_concurrency})
-        time.sleep(conf.POLL_INTERVAL)
+        time.sleep(2.2 * conf.POLL_INTERVAL)
 
     def _cpu_figures(self, key: str, samples: dict[str, list[float]]) -> None:
         """The CPU a workflow of drain ``key``, beside its rate: the worker processes', PostgreSQL's."""

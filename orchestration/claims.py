@@ -9,7 +9,7 @@ with it (``worker.dispatch``). A worker that dies first loses the completion,
 and the run's last step runs again, as if it had died just before an immediate
 write (step bodies run at least once; a checkpoint is still written once).
 
-A worker that serves a paused or limited queue claims with the limit-aware
+A worker that serves a paused or limited queue claims with a limit-aware
 statement instead (``flow``), after taking its limited queues' locks in the
 same transaction and round trip.
 """
@@ -26,6 +26,7 @@ from typing import Any
 
 from . import flow, sql
 from .conf import conf
+from .counted_sql import complete_and_claim_counted
 from .lease import Lease, completion_params
 
 
@@ -46,19 +47,26 @@ def claim(worker_id: str, queues: list[str] | None, limit: int = 1, limited: boo
 
 
 def finish_and_claim(
-    worker_id: str, queues: list[str] | None, finished: list[FinishedRun], limit: int, limited: bool | None = None
+    worker_id: str,
+    queues: list[str] | None,
+    finished: list[FinishedRun],
+    limit: int,
+    limited: bool | None = None,
+    keys_or_rates: bool = True,
 ) -> tuple[list[Lease], set[uuid.UUID]]:
     """Complete ``finished`` and claim up to ``limit`` workflows, in one
     transaction and one round trip; return the runs claimed and the ids of
     the runs completed (a finished run missing from them had lost its lease,
-    and nothing of it was written). ``limited``: whether a served queue is
-    paused or limited (None: read it now, see ``flow.Rules``)."""
+    and nothing of it was written). ``limited``, ``keys_or_rates``: whether a
+    served queue is paused or limited, and by key or rate (``limited`` None:
+    read both now, see ``flow.Rules``)."""
     if not finished and not limit:
         return [], set()
     if limited is None:
-        limited = flow.rules_of(queues).limited
+        rules = flow.rules_of(queues)
+        limited, keys_or_rates = rules.limited, rules.keys_or_rates
     if limited:
-        statement = claim_statement(worker_id, queues, finished, limit, limited)
+        statement = claim_statement(worker_id, queues, finished, limit, limited, keys_or_rates)
         lock = (sql.LOCK_QUEUES, {"queues": statement[1]["queues"], "space": sql.QUEUE_LOCK_SPACE})
         _, rows = sql.run_together(conf.DATABASE, [lock, statement], sql.INDEX_PLANS_ONLY_NO_JIT)
     else:
@@ -71,13 +79,23 @@ def finish_and_claim(
 
 
 def claim_statement(
-    worker_id: str, queues: list[str] | None, finished: list[FinishedRun], limit: int, limited: bool = False
+    worker_id: str,
+    queues: list[str] | None,
+    finished: list[FinishedRun],
+    limit: int,
+    limited: bool = False,
+    keys_or_rates: bool = True,
 ) -> tuple[str, dict[str, Any]]:
-    """``sql.COMPLETE_AND_CLAIM`` (``_LIMITED`` with ``limited``) for ``limit``
-    runs, and its parameters: what the claim runs (the unlimited one as the
-    body of ``sql.CLAIM``'s function), for ``EXPLAIN`` by the benchmark and the tests."""
+    """``sql.COMPLETE_AND_CLAIM`` (with ``limited``, ``sql.COMPLETE_AND_CLAIM_LIMITED``,
+    or without ``keys_or_rates`` ``counted_sql.COMPLETE_AND_CLAIM_COUNTED``) for
+    ``limit`` runs, and its parameters: what the claim runs (the unlimited one as
+    the body of ``sql.CLAIM``'s function), for ``EXPLAIN`` by the benchmark and the tests."""
     params = claim_params(worker_id, queues, finished)
-    return (sql.complete_and_claim_limited if limited else sql.complete_and_claim)(limit), params
+    if not limited:
+        return sql.complete_and_claim(limit), params
+    if not keys_or_rates:
+        return complete_and_claim_counted(limit), params
+    return sql.complete_and_claim_limited(limit), params
 
 
 def claim_params(worker_id: str, queues: list[str] | None, finished: list[FinishedRun]) -> dict[str, Any]:

@@ -9,11 +9,21 @@ defaults come from ``ORCHESTRATION["QUEUES"]`` (``sync_settings``, run by every
 from ``manage.py workflow_queues``.
 
 Workers enforce them in the claim itself: a worker that serves a paused or
-limited queue claims with ``sql.COMPLETE_AND_CLAIM_LIMITED`` after taking the
-locks of its limited queues (``sql.LOCK_QUEUES``), so the limits hold across
-every process; the others keep ``sql.COMPLETE_AND_CLAIM``. Each worker reads
+limited queue claims with ``sql.COMPLETE_AND_CLAIM_LIMITED`` (or, when no queue
+it serves has a per-key or a rate limit, the cheaper
+``counted_sql.COMPLETE_AND_CLAIM_COUNTED``) after taking the locks of its
+limited queues (``sql.LOCK_QUEUES``), so the limits hold across every process;
+the others keep ``sql.COMPLETE_AND_CLAIM``. Each worker reads
 which kind it is once a poll interval (``RulesCache``), so a change reaches
 every worker within one.
+
+Claiming ahead (``worker.dispatch``) takes slots of a concurrency limit like
+running runs do, so a process that claims ahead for its threads could hold
+every slot while the threads of the others idle. Each process therefore
+claims ahead only up to its share of the limit (``concurrency_share``): the
+limit split among the live processes that serve the queue, by their threads.
+The share only shapes claiming ahead; the limit itself is still enforced by
+the claim, across every process, whatever the shares are.
 """
 
 from __future__ import annotations
@@ -30,9 +40,10 @@ from django.db.models.functions import Now
 from . import sql
 from .conf import conf
 from .errors import UnknownQueue
-from .models import QueueStart, Workflow, WorkflowQueue, WorkflowStatus
+from .models import QueueStart, Workflow, WorkflowQueue, WorkflowStatus, WorkflowWorker
 from .registry import known_queues
 from .validation import QUEUE_LIMITS, parse_rate, queue_defaults, validate_queue_limit
+from .worker_rows import live_q
 
 #: ``set_queue_limits``'s default for a limit it leaves as it is (None lifts one).
 UNCHANGED: Any = type("Unchanged", (), {"__repr__": lambda self: "UNCHANGED"})()
@@ -45,8 +56,10 @@ RESTRICTING = Q(paused=True) | Q(*(Q(**{f"{limit}__isnull": False}) for limit in
 class Rules:
     """What a worker knows of the queues it serves."""
 
-    #: One of them is paused or limited: claim with ``sql.COMPLETE_AND_CLAIM_LIMITED``.
+    #: One of them is paused or limited: claim with ``sql.COMPLETE_AND_CLAIM_LIMITED``...
     limited: bool = False
+    #: ... if one of them has a per-key or a rate limit; else ``counted_sql.COMPLETE_AND_CLAIM_COUNTED`` is enough.
+    keys_or_rates: bool = False
 
 
 def rules_of(queues: list[str] | None) -> Rules:
@@ -54,23 +67,56 @@ def rules_of(queues: list[str] | None) -> Rules:
     rows = WorkflowQueue.objects.using(conf.DATABASE).filter(RESTRICTING)
     if queues is not None:
         rows = rows.filter(name__in=queues)
-    return Rules(limited=rows.exists())
+    found = list(rows.values_list("key_concurrency", "rate_limit", "key_rate_limit"))
+    return Rules(limited=bool(found), keys_or_rates=any(value is not None for row in found for value in row))
+
+
+def concurrency_share(queues: list[str] | None, worker_id: str, threads: int) -> int | None:
+    """The runs a process of ``threads`` threads may hold before it claims
+    ahead no more: of each concurrency limit among ``queues`` (None: every
+    queue) that is not paused, the part its threads make of the threads of the
+    live processes serving that queue (``workflow_workers``, this one counted
+    whether its row is there or not), at least 1; the least of them. None: no
+    such limit."""
+    limits = WorkflowQueue.objects.using(conf.DATABASE).filter(paused=False, concurrency__isnull=False)
+    if queues is not None:
+        limits = limits.filter(name__in=queues)
+    rows = list(limits.values_list("name", "concurrency"))
+    if not rows:
+        return None
+    others = list(
+        WorkflowWorker.objects.using(conf.DATABASE)
+        .filter(live_q())
+        .exclude(pk=worker_id)
+        .values_list("queues", "concurrency")
+    )
+    shares = []
+    for name, concurrency in rows:
+        serving = threads + sum(count for served, count in others if served is None or name in served)
+        shares.append(max(1, (concurrency or 0) * threads // serving))  # not NULL: filtered above
+    return min(shares)
 
 
 class RulesCache:
-    """A worker's ``Rules``, read again once ``interval`` seconds have passed
-    (on the claimer's thread, before its claim)."""
+    """A worker's ``Rules``, and its ``concurrency_share`` when limited, read
+    again once ``interval`` seconds have passed (on the claimer's thread,
+    before its claim)."""
 
-    def __init__(self, queues: list[str] | None, interval: float) -> None:
+    def __init__(self, queues: list[str] | None, interval: float, worker_id: str = "", threads: int = 1) -> None:
         self.queues = queues
         self.interval = interval
+        self.worker_id = worker_id
+        self.threads = threads
         self.known = Rules()
+        #: ``concurrency_share`` as last read (None: no concurrency limit, or not limited).
+        self.share: int | None = None
         self._read_at: float | None = None
 
     def current(self) -> Rules:
         now = time.monotonic()
         if self._read_at is None or now - self._read_at >= self.interval:
             self.known = rules_of(self.queues)
+            self.share = concurrency_share(self.queues, self.worker_id, self.threads) if self.known.limited else None
             self._read_at = now
         return self.known
 

@@ -39,7 +39,7 @@ CLAIMED_COLUMNS = ("id", "workflow_type", "input_data", "lease_token", "attempts
 
 #: The completions of ``COMPLETE_AND_CLAIM(_LIMITED)``: CTEs ``done`` (the runs
 #: completed) and ``checkpoint`` (their last steps' checkpoints).
-_COMPLETIONS = """done AS (
+COMPLETIONS = """done AS (
     UPDATE workflows AS w
     SET status = 'completed', output_data = d.output, finished_at = statement_timestamp(),
         updated_at = statement_timestamp(), lease_token = NULL, error_message = NULL, error_traceback = NULL,
@@ -83,7 +83,7 @@ _COMPLETIONS = """done AS (
 COMPLETE_AND_CLAIM = (
     """
 WITH """
-    + _COMPLETIONS
+    + COMPLETIONS
     + """), claimed AS MATERIALIZED (
     SELECT id, started_at FROM workflows
     WHERE status = 'pending' AND (run_after IS NULL OR run_after <= statement_timestamp())
@@ -140,6 +140,42 @@ WHERE (%(queues)s::text[] IS NULL OR name = ANY(%(queues)s::text[]))
 ORDER BY hashtext(name)
 """
 
+#: CTE ``pending_queue`` of the limit-aware claims: with ``%(queues)s`` NULL (every
+#: queue), the queues with pending runs, one index probe each (and a last NULL).
+PENDING_QUEUES = """pending_queue (name) AS (
+    SELECT min(queue) FROM workflows WHERE status = 'pending' AND %(queues)s::text[] IS NULL
+    UNION ALL
+    SELECT (SELECT min(w.queue) FROM workflows AS w WHERE w.status = 'pending' AND w.queue > p.name)
+    FROM pending_queue AS p WHERE p.name IS NOT NULL
+"""
+
+#: The end of the limit-aware claims (``COMPLETE_AND_CLAIM_LIMITED``,
+#: ``counted_sql.COMPLETE_AND_CLAIM_COUNTED``): CTE ``taken`` marks CTE
+#: ``claimed``'s runs running (first started at CTE ``clock``), ``placeholder``
+#: records a fresh run's step 1; ``LIMITED_ROWS`` returns them in claim order.
+LIMITED_TAKEN = """taken AS (
+    UPDATE workflows AS w
+    SET status = 'running', lease_token = gen_random_uuid(), attempts = w.attempts + 1, worker_id = %(worker)s,
+        started_at = COALESCE(w.started_at, (SELECT now FROM clock)), updated_at = statement_timestamp(),
+        run_after = NULL, waiting_for = NULL
+    FROM claimed
+    WHERE w.id = claimed.id AND w.id = ANY(ARRAY(SELECT id FROM claimed))  -- whatever the join order
+    RETURNING w.id, w.workflow_type, w.input_data, w.lease_token, w.attempts, w.max_retries, w.queue, w.parent_id,
+        w.deadline,
+        claimed.started_at IS NULL AND (SELECT 1 FROM workflow_steps AS s WHERE s.workflow_id = w.id LIMIT 1) IS NULL
+            AS fresh,
+        w.priority, w.created_at
+), placeholder AS (
+    INSERT INTO workflow_steps (workflow_id, step_number, status, started_at, attempts)
+    SELECT id, 1, 'running', statement_timestamp(), 1 FROM taken WHERE fresh
+    ON CONFLICT (workflow_id, step_number) DO NOTHING
+"""
+LIMITED_ROWS = """SELECT t.id, t.workflow_type, t.input_data, t.lease_token, t.attempts, t.max_retries, t.queue,
+    t.parent_id, t.deadline, t.fresh, completed.ids
+FROM (SELECT array_agg(id) AS ids FROM done) AS completed LEFT JOIN taken AS t ON true
+ORDER BY t.priority DESC, t.created_at
+"""
+
 #: ``COMPLETE_AND_CLAIM`` for workers that serve a paused or limited queue (same
 #: parameters, same rows back): per served queue, its ``room`` (0 when paused;
 #: else the least of ``{limit}``, ``concurrency`` less its running runs, those
@@ -158,13 +194,10 @@ ORDER BY hashtext(name)
 COMPLETE_AND_CLAIM_LIMITED = (
     """
 WITH RECURSIVE """
-    + _COMPLETIONS
-    + """), pending_queue (name) AS (
-    SELECT min(queue) FROM workflows WHERE status = 'pending' AND %(queues)s::text[] IS NULL
-    UNION ALL
-    SELECT (SELECT min(w.queue) FROM workflows AS w WHERE w.status = 'pending' AND w.queue > p.name)
-    FROM pending_queue AS p WHERE p.name IS NOT NULL
-), clock AS MATERIALIZED (
+    + COMPLETIONS
+    + "), "
+    + PENDING_QUEUES
+    + """), clock AS MATERIALIZED (
     SELECT clock_timestamp() AS now
 ), rules AS MATERIALIZED (
     SELECT s.name, COALESCE(q.paused, false) AS paused, q.concurrency, q.key_concurrency,
@@ -243,23 +276,9 @@ WITH RECURSIVE """
     WHERE r.room > 0
 ), claimed AS MATERIALIZED (
     SELECT id, started_at, queue, concurrency_key, lap FROM candidate ORDER BY priority DESC, created_at LIMIT {limit}
-), taken AS (
-    UPDATE workflows AS w
-    SET status = 'running', lease_token = gen_random_uuid(), attempts = w.attempts + 1, worker_id = %(worker)s,
-        started_at = COALESCE(w.started_at, (SELECT now FROM clock)), updated_at = statement_timestamp(),
-        run_after = NULL, waiting_for = NULL
-    FROM claimed
-    WHERE w.id = claimed.id AND w.id = ANY(ARRAY(SELECT id FROM claimed))  -- whatever the join order
-    RETURNING w.id, w.workflow_type, w.input_data, w.lease_token, w.attempts, w.max_retries, w.queue, w.parent_id,
-        w.deadline,
-        claimed.started_at IS NULL AND (SELECT 1 FROM workflow_steps AS s WHERE s.workflow_id = w.id LIMIT 1) IS NULL
-            AS fresh,
-        w.priority, w.created_at
-), placeholder AS (
-    INSERT INTO workflow_steps (workflow_id, step_number, status, started_at, attempts)
-    SELECT id, 1, 'running', statement_timestamp(), 1 FROM taken WHERE fresh
-    ON CONFLICT (workflow_id, step_number) DO NOTHING
-), logged AS (
+), """
+    + LIMITED_TAKEN
+    + """), logged AS (
     INSERT INTO workflow_queue_starts (queue, concurrency_key, started_at)
     SELECT c.queue, c.concurrency_key, clock.now FROM claimed AS c, clock, room AS r
     WHERE r.name = c.queue AND (r.rate IS NOT NULL OR r.key_rate IS NOT NULL)
@@ -273,11 +292,8 @@ WITH RECURSIVE """
           WHERE c.concurrency_key IS NOT NULL ORDER BY c.queue, c.lap DESC, c.concurrency_key DESC) AS last, room AS r
     WHERE q.name = last.queue AND r.name = last.queue AND r.by_key
 )
-SELECT t.id, t.workflow_type, t.input_data, t.lease_token, t.attempts, t.max_retries, t.queue, t.parent_id, t.deadline,
-    t.fresh, completed.ids
-FROM (SELECT array_agg(id) AS ids FROM done) AS completed LEFT JOIN taken AS t ON true
-ORDER BY t.priority DESC, t.created_at
 """
+    + LIMITED_ROWS
 )
 
 

@@ -26,6 +26,7 @@ from typing import Any
 import psycopg
 
 from orchestration import start_workflow, start_workflows
+from orchestration.conf import conf
 
 from . import limit, results
 from .cpu import CpuMeter, server_backends
@@ -275,7 +276,12 @@ class Benchmark:
         return plan
 
     def _limit(self, concurrency: int | None = None, key_concurrency: int | None = None) -> None:
+        """Set the "limited" queue's limits, and wait until its workers have read
+        their share of them again before any drain: an idle thread asks once a
+        poll interval, and reads them if it is a poll interval since they were
+        read, so two intervals after the change at the most."""
         self.limited.execute(SET_LIMITS, {"concurrency": concurrency, "key_concurrency": key_concurrency})
+        time.sleep(2.2 * conf.POLL_INTERVAL)
 
     def _cpu_figures(self, key: str, samples: dict[str, list[float]]) -> None:
         """The CPU a workflow of drain ``key``, beside its rate: the worker processes', PostgreSQL's."""
@@ -292,7 +298,7 @@ class Benchmark:
     ) -> float:
         """A one-step drain on the "limited" database under these limits (with
         ``key_concurrency``, the workflows spread over ``KEYS`` keys in turn).
-        Its workers read the limits in each claim: a change applies at once."""
+        Its workers read the limits in each claim, their shares once a poll interval."""
         self._limit(concurrency, key_concurrency)
         keys = [f"key-{n % KEYS}" for n in range(self.options.workflows)] if key_concurrency else None
         return self._drain(self.limited, self.options.workflows, 1, keys=keys, measured=measured)

@@ -14,7 +14,14 @@ thread, which takes it at once when it finishes, and each round trip writes and
 claims several runs. A run claimed ahead that waited too long goes back to
 pending for any worker (``release_waiting``). Under a queue's concurrency
 limit it claims ahead too, and a run waiting holds a slot like a running one
-(claiming nothing ahead there cost more than it saved: docs/performance.md).
+(claiming nothing ahead there cost more than it saved: docs/performance.md),
+but only up to the process's share of the limit (``flow.concurrency_share``):
+one process claiming ahead must not hold the slots the threads of the others
+would run. A thread asking is always claimed for, share or not. A process
+that holds all of its share waits, while runs are short, for its other runs
+before it claims, so that one round trip swaps them all (``_gathering``): a
+completion then waits besides for about as long as those runs take, 50 ms
+at most (``CLAIM_AHEAD_WHILE_RUNS_UNDER``).
 """
 
 from __future__ import annotations
@@ -66,6 +73,10 @@ class HeldRuns:
         with self._lock:
             return run.lease_token in self._runs
 
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._runs)
+
     def snapshot(self) -> list[Lease]:
         with self._lock:
             return list(self._runs.values())
@@ -82,6 +93,7 @@ class Dispatcher:
         claim_ahead: int,
         poll_interval: float,
         stopping: threading.Event,
+        threads: int = 1,
     ) -> None:
         self.worker_id = worker_id
         self.queues = queues
@@ -89,8 +101,8 @@ class Dispatcher:
         self.poll_interval = poll_interval
         self.stopping = stopping
         self.held = HeldRuns()
-        #: The rules of the queues served, read again once a poll interval.
-        self.rules = RulesCache(queues, poll_interval)
+        #: The rules of the queues served and this process's share of their limits, read again once a poll interval.
+        self.rules = RulesCache(queues, poll_interval, worker_id, threads)
         self.completed = 0
         self.failed = 0
         self._wakeup = threading.Condition()
@@ -108,25 +120,45 @@ class Dispatcher:
         self._last_short_claim = 0
         #: A moving average of this process's attempts' durations, in seconds (None before the first).
         self._recent_run_seconds: float | None = None
+        #: Threads running a run they took here (each thread's ``running`` says whether it is one).
+        self._executing = 0
+        self._thread = threading.local()
+        #: Until when the next claim waits for the process's other runs (``_gathering``); None: it does not.
+        self._gather_until: float | None = None
 
     # -- what the threads call ------------------------------------------------------
 
     def next_run(self) -> Lease | None:
         """A claimed run for this thread, or None when nothing is due (or the
         process is stopping and nothing awaits writing)."""
+        self.rules.current()  # the share the claim below is sized by, read again once a poll interval
         with self._handoff:
             self._asking += 1
             asked_before_claim = self._claims
+            if self._thread.__dict__.pop("running", False):  # its last run has ended
+                self._executing -= 1
+                if self._gather_until is not None:
+                    self._handoff.notify_all()
         try:
             while True:
                 with self._handoff:
                     while True:
                         if self.stopping.is_set() and not self._finished:
                             return None
-                        if self._waiting and not self.stopping.is_set() and (self._claiming or not self._finished):
+                        gathering = not self._claiming and self._gathering()
+                        if (
+                            self._waiting
+                            and not self.stopping.is_set()
+                            and (self._claiming or not self._finished or gathering)
+                        ):
+                            self._executing += 1
+                            self._thread.running = True
                             return self._waiting.popleft()
                         if not (self._waiting or self._finished) and self._last_short_claim > asked_before_claim:
                             return None  # a claim made since this thread asked found nothing more for it
+                        if gathering:
+                            self._handoff.wait(max(0.0, (self._gather_until or 0.0) - time.monotonic()))
+                            continue
                         if not self._claiming:
                             break
                         self._handoff.wait()
@@ -249,14 +281,52 @@ class Dispatcher:
 
     # -- the claimer -------------------------------------------------------------------
 
+    def _gathering(self) -> bool:
+        """With ``_handoff`` held and no claim in flight: whether the next claim
+        waits. A process that holds all of its share of a concurrency limit
+        can claim no more than it completes; claiming as soon as one run
+        finished, one round trip swaps the runs finished before it and the
+        next those finished during it, each a few. So while runs are short,
+        it waits for the process's other runs (those running, and those
+        waiting for a thread, which the threads asking take meanwhile) to
+        finish too, for about as long as they take, and one claim swaps all."""
+        share = self.rules.share
+        recent = self._recent_run_seconds
+        if (
+            share is None
+            or recent is None
+            or recent >= CLAIM_AHEAD_WHILE_RUNS_UNDER
+            or self.stopping.is_set()
+            or not (self._executing or self._waiting)
+            or len(self.held) < share
+        ):
+            self._gather_until = None
+            return False
+        now = time.monotonic()
+        if self._gather_until is None:
+            others = self._executing + len(self._waiting)
+            self._gather_until = now + min(CLAIM_AHEAD_WHILE_RUNS_UNDER, recent * others)
+            self._handoff.notify_all()  # the threads asking take the runs waiting
+        elif now >= self._gather_until:
+            self._gather_until = None
+            return False
+        return True
+
     def _become_claimer(self, claiming_runs: bool) -> tuple[int, list[FinishedRun], int]:
         """With ``_handoff`` held and no claim in flight: take the finished runs
         to write, and count the runs to claim (one for each thread asking, less
-        those waiting). Returns the claim's number, those runs and that count."""
+        those waiting, and ahead up to the process's share of a concurrency
+        limit). Returns the claim's number, those runs and that count."""
         self._claiming = True
         self._claims += 1
         finished, self._finished = self._finished, []
-        wanted = max(0, self._asking + self.claim_ahead_now() - len(self._waiting)) if claiming_runs else 0
+        if not claiming_runs:
+            return self._claims, finished, 0
+        unserved = self._asking - len(self._waiting)
+        wanted = max(0, unserved + self.claim_ahead_now())
+        share = self.rules.share
+        if share is not None:  # what the process holds once ``finished`` is completed, with what it claims
+            wanted = min(wanted, max(0, unserved, share - (len(self.held) - len(finished))))
         return self._claims, finished, wanted
 
     def _claim_round(self, number: int, finished: list[FinishedRun], wanted: int) -> None:
@@ -275,8 +345,10 @@ class Dispatcher:
     def _finish_and_claim(self, finished: list[FinishedRun], wanted: int) -> int:
         """Complete ``finished``, claim up to ``wanted`` for the threads; return how many were claimed."""
         try:
-            limited = self.rules.current().limited
-            runs, completed = finish_and_claim(self.worker_id, self.queues, finished, wanted, limited)
+            rules = self.rules.current()
+            runs, completed = finish_and_claim(
+                self.worker_id, self.queues, finished, wanted, rules.limited, rules.keys_or_rates
+            )
         except CONNECTION_ERRORS:
             with self._handoff:  # written by the next claim, or released with the rest on shutdown
                 self._finished[:0] = finished

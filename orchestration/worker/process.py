@@ -75,6 +75,7 @@ class Worker:
             claim_ahead=self.concurrency if claim_ahead is None else claim_ahead,
             poll_interval=conf.POLL_INTERVAL if poll_interval is None else poll_interval,
             stopping=self.stopping,
+            threads=self.concurrency,
         )
         self._outage = OutagePolicy(give_up=self.stop_now, pause=self._database_unavailable)
         #: The threads of this process that died (see ``_thread_died``).

@@ -7,13 +7,14 @@ from __future__ import annotations
 import datetime
 import json
 import re
+import threading
 import time
 from typing import Any
 
 import pytest
 from django.contrib.admin.utils import quote
 from django.core.management import CommandError, call_command
-from django.db import connection
+from django.db import connection, connections
 from django.db.models import F
 from django.test import override_settings
 from django.urls import reverse
@@ -35,8 +36,10 @@ from orchestration import (
 )
 from orchestration.checks import check_settings
 from orchestration.models import QueueStart, Workflow, WorkflowQueue, WorkflowStatus
-from orchestration.worker import Outcome, Worker
+from orchestration.worker import Outcome, Worker, dispatch
+from tests.acceptance.test_runworkers import wait_for
 from tests.admin_support import staff_user
+from tests.factories import WorkflowWorkerFactory
 from tests.support import drain
 
 pytestmark = pytest.mark.django_db
@@ -310,7 +313,8 @@ def test_claim_plan__a_saturated_key_with_100000_pending__is_never_read():
     assert buffers(plan, "CTE candidate") < 300 and buffers(plan, "CTE taken") < 300, plan
 
 
-def test_claim_plan__a_paused_queue_with_a_backlog__slows_no_other_queue():
+def paused_backlog() -> list[Workflow]:
+    """Queue ``fc`` paused with 20,000 runs pending, and 3 runs of ``fc_free`` (returned) due."""
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE workflows")
         cursor.execute(
@@ -320,6 +324,11 @@ def test_claim_plan__a_paused_queue_with_a_backlog__slows_no_other_queue():
         )
     free = start_workflows("fc_free", range(3))
     pause_queue("fc")
+    return free
+
+
+def test_claim_plan__a_paused_queue_with_a_backlog__slows_no_other_queue():
+    free = paused_backlog()
     plan = generic_plan(*claims.claim_statement("w", None, [], 4, limited=True))
     assert re.search(r"Update on workflows w_\d+ \(actual time=[\d.]+ rows=3 ", plan), plan
     # Each queue's runs are read from its own part of idx_workflows_queue_claim: the paused one's not at all.
@@ -328,8 +337,23 @@ def test_claim_plan__a_paused_queue_with_a_backlog__slows_no_other_queue():
     assert running("fc_free") == len(free)
 
 
-@pytest.mark.parametrize("limits", [{"concurrency": 8}, {"key_concurrency": 1}], ids=["concurrency", "per key"])
-def test_claim_plan__runs_completed_in_the_claim__given_back_without_reading_the_queue_finished_runs(limits):
+def test_claim_plan__counted__a_paused_queue_with_a_backlog__slows_no_other_queue():
+    free = paused_backlog()
+    plan = generic_plan(*claims.claim_statement("w", None, [], 4, limited=True, keys_or_rates=False))
+    assert re.search(r"Update on workflows w_\d+ \(actual time=[\d.]+ rows=3 ", plan), plan
+    # Each queue's runs are read from its own part of idx_workflows_queue_claim (room's reads are claimed's too).
+    assert buffers(plan, "CTE claimed") - buffers(plan, "CTE room") < 50 and "rows=20000" not in plan, plan
+    assert running("fc_free") == len(free)
+
+
+@pytest.mark.parametrize(
+    "limits, keys_or_rates",
+    [({"concurrency": 8}, True), ({"concurrency": 8}, False), ({"key_concurrency": 1}, True)],
+    ids=["concurrency", "concurrency, counted", "per key"],
+)
+def test_claim_plan__runs_completed_in_the_claim__given_back_without_reading_the_queue_finished_runs(
+    limits, keys_or_rates
+):
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE workflows")
         cursor.execute(
@@ -340,7 +364,7 @@ def test_claim_plan__runs_completed_in_the_claim__given_back_without_reading_the
     start_workflows("fc_keyed", [{"key": f"k{n}"} for n in range(8)])
     set_queue_limits("fc_keys", **limits)
     finished = [claims.FinishedRun(run, "null", 0.0) for run in claim(limit=4, queues=["fc_keys"])]
-    plan = generic_plan(*claims.claim_statement("w", ["fc_keys"], finished, 4, limited=True))
+    plan = generic_plan(*claims.claim_statement("w", ["fc_keys"], finished, 4, True, keys_or_rates))
     assert re.search(r"Update on workflows w_\d+ \(actual time=[\d.]+ rows=4 ", plan), plan
     # Joined back to the queue's rows, the runs completed read every finished one, at every claim.
     most_rows_read = max(int(n) for n in re.findall(r"(?:rows=|Rows Removed by \w+ ?\w*: )(\d+)", plan))
@@ -370,6 +394,80 @@ def test_dispatcher__runs_claimed_ahead_count_against_the_concurrency_limit():
     set_queue_limits("fc", concurrency=2)
     assert worker.dispatcher.next_run() is not None
     assert len(worker.dispatcher.waiting) == 1 and running("fc") == 2
+
+
+def test_concurrency_share__the_limit_split_among_the_live_processes_serving_the_queue_by_their_threads():
+    set_queue_limits("fc", concurrency=10)
+    WorkflowWorkerFactory(queues=None, concurrency=4)
+    WorkflowWorkerFactory(queues=["fc", "other"], concurrency=2)
+    WorkflowWorkerFactory(queues=["other"], concurrency=8)
+    WorkflowWorkerFactory(queues=None, concurrency=8, gone_at=timezone.now())
+    assert flow.concurrency_share(["fc"], "this-worker", threads=4) == 4  # 10 x 4 of 4 + 4 + 2 threads
+    assert flow.concurrency_share(["fc_free"], "this-worker", threads=4) is None
+
+
+def test_dispatcher__claims_ahead_no_further_than_its_share_of_the_concurrency_limit():
+    start_workflows("fc_noop", range(10))
+    WorkflowWorkerFactory(queues=["fc"], concurrency=3)
+    set_queue_limits("fc", concurrency=4)
+    worker = Worker(concurrency=3, queues=["fc"], poll_interval=0)
+    worker.dispatcher.note_run(Outcome.COMPLETED, 0.001)  # short runs: it claims ahead
+    assert worker.dispatcher.next_run() is not None
+    assert len(worker.dispatcher.waiting) == 1 and running("fc") == 2, "its share, 4 x 3 of 6 threads"
+
+
+def test_dispatcher__a_thread_asking_is_claimed_for_beyond_the_share():
+    start_workflows("fc_noop", range(10))
+    WorkflowWorkerFactory(queues=["fc"], concurrency=6)
+    set_queue_limits("fc", concurrency=4)
+    worker = Worker(concurrency=2, queues=["fc"], poll_interval=0)  # a share of 1
+    worker.dispatcher.note_run(Outcome.COMPLETED, 0.001)
+    assert worker.dispatcher.next_run() is not None and not worker.dispatcher.waiting
+    assert worker.dispatcher.next_run() is not None and running("fc") == 2
+
+
+@pytest.mark.django_db(transaction=True)
+def test_dispatcher__holding_its_whole_share__completes_a_finished_run_with_its_other_runs_in_one_claim(monkeypatch):
+    monkeypatch.setattr(dispatch, "CLAIM_AHEAD_WHILE_RUNS_UNDER", 10.0)  # runs of a second count as short
+    start_workflows("fc_noop", range(10))
+    set_queue_limits("fc", concurrency=2)
+    dispatcher = Worker(concurrency=2, queues=["fc"], poll_interval=0).dispatcher
+    dispatcher.note_run(Outcome.COMPLETED, 1.0)
+    runs: dict[str, Any] = {}
+    finish = {name: threading.Event() for name in "ab"}
+
+    def worker_thread(name: str) -> None:
+        try:
+            runs[name] = dispatcher.next_run()
+            finish[name].wait(10)
+            dispatcher.finish(claims.FinishedRun(runs[name], "null", time.monotonic()))
+            runs[name + " next"] = dispatcher.next_run()
+        finally:
+            connections.close_all()
+
+    threads = {name: threading.Thread(target=worker_thread, args=(name,)) for name in "ab"}
+    for name, thread in threads.items():
+        thread.start()
+        assert wait_for(lambda name=name: name in runs, timeout=10, interval=0.01)
+    finish["a"].set()
+    time.sleep(0.3)
+    ids = [runs["a"].id, runs["b"].id]
+    assert running("fc") == 2 and not Workflow.objects.filter(pk__in=ids, status=WorkflowStatus.COMPLETED).exists()
+    finish["b"].set()
+    for thread in threads.values():
+        thread.join(timeout=10)
+    finished_at = set(Workflow.objects.filter(pk__in=ids, status=WorkflowStatus.COMPLETED).values_list("finished_at"))
+    assert len(finished_at) == 1, "completed together, in one statement"
+    assert runs["a next"] is not None and runs["b next"] is not None and running("fc") == 2
+
+
+def test_rules__a_per_key_or_rate_limit_needs_the_full_limited_claim__a_concurrency_limit_or_a_pause_do_not():
+    set_queue_limits("fc", concurrency=2)
+    pause_queue("fc_free")
+    assert flow.rules_of(None) == flow.Rules(limited=True, keys_or_rates=False)
+    set_queue_limits("fc_keys", key_rate_limit="1/s")
+    assert flow.rules_of(None) == flow.Rules(limited=True, keys_or_rates=True)
+    assert flow.rules_of(["fc", "fc_free"]) == flow.Rules(limited=True, keys_or_rates=False)
 
 
 # -- the admin and the command -----------------------------------------------------------

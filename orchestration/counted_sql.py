@@ -1,0 +1,64 @@
+"""The claim of a worker whose queues are limited in number running at once
+only: ``COMPLETE_AND_CLAIM_COUNTED`` (written apart from ``sql``, whose size it
+would push past its budget).
+
+``sql.COMPLETE_AND_CLAIM_LIMITED`` serves every rule: per-key limits walk the
+keys, rate limits log each claim and forget the old ones, and each CTE is paid
+for whether a queue has such a rule or not. A queue that is paused or has a
+``concurrency`` limit, and no other rule, needs none of that: its room, then
+its runs up to it.
+"""
+
+from __future__ import annotations
+
+import functools
+
+from .sql import COMPLETIONS, LIMITED_ROWS, LIMITED_TAKEN, PENDING_QUEUES
+
+#: ``sql.COMPLETE_AND_CLAIM_LIMITED`` (same parameters, same rows back, after
+#: the same ``sql.LOCK_QUEUES``) for workers none of whose queues has a per-key
+#: or a rate limit: per served queue, its ``room`` (0 when paused; else the
+#: least of ``{limit}`` and ``concurrency`` less its running runs, those
+#: completed here given back), then its runs in claim order up to it, those
+#: without a key and those with one each from ``idx_workflows_queue_claim``.
+COMPLETE_AND_CLAIM_COUNTED = (
+    """
+WITH RECURSIVE """
+    + COMPLETIONS
+    + "), "
+    + PENDING_QUEUES
+    + """), clock AS MATERIALIZED (
+    SELECT statement_timestamp() AS now
+), room AS MATERIALIZED (
+    SELECT s.name, CASE WHEN q.paused THEN 0 WHEN q.concurrency IS NULL THEN {limit} ELSE GREATEST(0, LEAST({limit},
+        q.concurrency - (SELECT count(*) FROM workflows AS w WHERE w.status = 'running' AND w.queue = s.name)
+            + (SELECT count(*) FROM done WHERE done.queue = s.name))) END AS room
+    FROM (SELECT unnest(%(queues)s::text[]) AS name
+          UNION ALL SELECT name FROM pending_queue WHERE name IS NOT NULL) AS s
+    LEFT JOIN workflow_queues AS q ON q.name = s.name
+), claimed AS MATERIALIZED (
+    SELECT c.id, c.started_at, c.priority, c.created_at FROM room AS r CROSS JOIN LATERAL (
+        SELECT w.* FROM (VALUES (true), (false)) AS kind (keyless), LATERAL (  -- without a key; with one
+            SELECT w.id, w.started_at, w.priority, w.created_at
+            FROM workflows AS w
+            WHERE w.status = 'pending' AND w.queue = r.name AND (w.concurrency_key IS NULL) = kind.keyless
+              AND (w.run_after IS NULL OR w.run_after <= statement_timestamp())
+            ORDER BY -w.priority::bigint, w.created_at LIMIT r.room
+            FOR NO KEY UPDATE SKIP LOCKED
+        ) AS w
+        ORDER BY w.priority DESC, w.created_at LIMIT r.room
+    ) AS c
+    WHERE r.room > 0
+    ORDER BY c.priority DESC, c.created_at LIMIT {limit}
+), """
+    + LIMITED_TAKEN
+    + """)
+"""
+    + LIMITED_ROWS
+)
+
+
+@functools.lru_cache(maxsize=64)
+def complete_and_claim_counted(limit: int) -> str:
+    """``COMPLETE_AND_CLAIM_COUNTED`` for claims of up to ``limit`` runs."""
+    return COMPLETE_AND_CLAIM_COUNTED.replace("{limit}", str(int(limit)))

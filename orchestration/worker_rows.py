@@ -7,9 +7,10 @@ heartbeating: the stuck sweep marks its row gone (``mark_gone``) after
 ``STUCK_AFTER``, as it reclaims the runs the process held, and deletes rows
 gone for a day.
 
-The rows are for watching only: no decision of the engine reads them, and a
-failure to write one (the table not migrated yet, say) is logged, never
-raised into the worker.
+The rows are for watching, and one hint: a process sizes how far it claims
+ahead under a concurrency limit by the live rows serving the queue
+(``flow.concurrency_share``); no guarantee rests on them. A failure to write
+one (the table not migrated yet, say) is logged, never raised into the worker.
 """
 
 from __future__ import annotations

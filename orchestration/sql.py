@@ -62,6 +62,30 @@ COMPLETIONS = """done AS (
       AND workflow_steps.workflow_id = done.id AND workflow_steps.step_number = done.step
 """
 
+
+#: CTE ``taken``, which marks CTE ``claimed``'s runs running (first started at
+#: ``{first_started}``) and returns them (with ``{also_returning}``), and CTE
+#: ``placeholder``, which records a fresh run's step 1; without the closing
+#: parenthesis. A run is ``fresh`` when never claimed (``claimed.started_at`` is
+#: the locked row's) and no step is recorded. Filled in by ``str.format``.
+_TAKEN = """taken AS (
+    UPDATE workflows AS w
+    SET status = 'running', lease_token = gen_random_uuid(), attempts = w.attempts + 1, worker_id = %(worker)s,
+        started_at = COALESCE(w.started_at, {first_started}), updated_at = statement_timestamp(),
+        run_after = NULL, waiting_for = NULL
+    FROM claimed
+    WHERE w.id = claimed.id AND w.id = ANY(ARRAY(SELECT id FROM claimed))  -- whatever the join order
+    RETURNING w.id, w.workflow_type, w.input_data, w.lease_token, w.attempts, w.max_retries, w.queue, w.parent_id,
+        w.deadline,
+        claimed.started_at IS NULL AND (SELECT 1 FROM workflow_steps AS s WHERE s.workflow_id = w.id LIMIT 1) IS NULL
+            AS fresh{also_returning}
+), placeholder AS (
+    INSERT INTO workflow_steps (workflow_id, step_number, status, started_at, attempts)
+    SELECT id, 1, 'running', statement_timestamp(), 1 FROM taken WHERE fresh
+    ON CONFLICT (workflow_id, step_number) DO NOTHING
+"""
+
+
 #: Complete the runs given as arrays (each fenced by its own lease, with its
 #: deferred checkpoint; a NULL step: none), then claim up to ``{limit}`` due
 #: workflows of ``%(queues)s`` (NULL: every queue) for ``%(worker)s``. Empty
@@ -91,22 +115,9 @@ WITH """
     ORDER BY priority DESC, created_at
     LIMIT {limit}
     FOR NO KEY UPDATE SKIP LOCKED
-), taken AS (
-    UPDATE workflows AS w
-    SET status = 'running', lease_token = gen_random_uuid(), attempts = w.attempts + 1, worker_id = %(worker)s,
-        started_at = COALESCE(w.started_at, statement_timestamp()), updated_at = statement_timestamp(),
-        run_after = NULL, waiting_for = NULL
-    FROM claimed
-    WHERE w.id = claimed.id AND w.id = ANY(ARRAY(SELECT id FROM claimed))  -- whatever the join order
-    RETURNING w.id, w.workflow_type, w.input_data, w.lease_token, w.attempts, w.max_retries, w.queue, w.parent_id,
-        w.deadline,
-        claimed.started_at IS NULL AND (SELECT 1 FROM workflow_steps AS s WHERE s.workflow_id = w.id LIMIT 1) IS NULL
-            AS fresh
-), placeholder AS (
-    INSERT INTO workflow_steps (workflow_id, step_number, status, started_at, attempts)
-    SELECT id, 1, 'running', statement_timestamp(), 1 FROM taken WHERE fresh
-    ON CONFLICT (workflow_id, step_number) DO NOTHING
-)
+), """
+    + _TAKEN.format(first_started="statement_timestamp()", also_returning="")
+    + """)
 SELECT taken.*, completed.ids FROM (SELECT array_agg(id) AS ids FROM done) AS completed LEFT JOIN taken ON true
 """
 )
@@ -153,23 +164,9 @@ PENDING_QUEUES = """pending_queue (name) AS (
 #: ``counted_sql.COMPLETE_AND_CLAIM_COUNTED``): CTE ``taken`` marks CTE
 #: ``claimed``'s runs running (first started at CTE ``clock``), ``placeholder``
 #: records a fresh run's step 1; ``LIMITED_ROWS`` returns them in claim order.
-LIMITED_TAKEN = """taken AS (
-    UPDATE workflows AS w
-    SET status = 'running', lease_token = gen_random_uuid(), attempts = w.attempts + 1, worker_id = %(worker)s,
-        started_at = COALESCE(w.started_at, (SELECT now FROM clock)), updated_at = statement_timestamp(),
-        run_after = NULL, waiting_for = NULL
-    FROM claimed
-    WHERE w.id = claimed.id AND w.id = ANY(ARRAY(SELECT id FROM claimed))  -- whatever the join order
-    RETURNING w.id, w.workflow_type, w.input_data, w.lease_token, w.attempts, w.max_retries, w.queue, w.parent_id,
-        w.deadline,
-        claimed.started_at IS NULL AND (SELECT 1 FROM workflow_steps AS s WHERE s.workflow_id = w.id LIMIT 1) IS NULL
-            AS fresh,
-        w.priority, w.created_at
-), placeholder AS (
-    INSERT INTO workflow_steps (workflow_id, step_number, status, started_at, attempts)
-    SELECT id, 1, 'running', statement_timestamp(), 1 FROM taken WHERE fresh
-    ON CONFLICT (workflow_id, step_number) DO NOTHING
-"""
+LIMITED_TAKEN = _TAKEN.format(
+    first_started="(SELECT now FROM clock)", also_returning=",\n        w.priority, w.created_at"
+)
 LIMITED_ROWS = """SELECT t.id, t.workflow_type, t.input_data, t.lease_token, t.attempts, t.max_retries, t.queue,
     t.parent_id, t.deadline, t.fresh, completed.ids
 FROM (SELECT array_agg(id) AS ids FROM done) AS completed LEFT JOIN taken AS t ON true

@@ -78,12 +78,12 @@ CREATE OR REPLACE FUNCTION orchestration_fenced_write(
 )
 
 
-def claim_body() -> str:
-    """``orchestration_complete_and_claim``'s body: ``sql.COMPLETE_AND_CLAIM``
-    with its parameters as the function's (``p_``) and its limit bound."""
-    statement = re.sub(r"%\((\w+)\)s", r"p_\1", sql.COMPLETE_AND_CLAIM.replace("{limit}", "p_limit"))
-    # The columns it returns share their names with the function's: they are the tables'.
-    return f"\n#variable_conflict use_column\nBEGIN\n    RETURN QUERY{statement.rstrip()};\nEND\n"
+#: ``orchestration_complete_and_claim``'s body: ``sql.COMPLETE_AND_CLAIM`` with
+#: its parameters as the function's (``p_``) and its limit bound. The columns it
+#: returns share their names with the function's: ``use_column`` makes them the tables'.
+CLAIM_BODY = "\n#variable_conflict use_column\nBEGIN\n    RETURN QUERY{};\nEND\n".format(
+    re.sub(r"%\((\w+)\)s", r"p_\1", sql.COMPLETE_AND_CLAIM.replace("{limit}", "p_limit")).rstrip()
+)
 
 
 COMPLETE_AND_CLAIM = (
@@ -98,14 +98,14 @@ CREATE OR REPLACE FUNCTION orchestration_complete_and_claim(
 """
     + _SETTINGS
     + "\nAS $$"
-    + claim_body()
+    + CLAIM_BODY
     + "$$;"
 )
 
 #: Each function's name, its DDL, and its body as ``pg_proc.prosrc`` holds it.
 FUNCTIONS = {
     "orchestration_fenced_write": (FENCED_WRITE, FENCED_WRITE_BODY),
-    "orchestration_complete_and_claim": (COMPLETE_AND_CLAIM, claim_body()),
+    "orchestration_complete_and_claim": (COMPLETE_AND_CLAIM, CLAIM_BODY),
 }
 
 DROP = """

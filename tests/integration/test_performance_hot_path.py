@@ -229,6 +229,10 @@ def test_claim_plan__is_an_index_scan_that_stops_early__with_a_deep_backlog_and_
     assert "Sort" not in plan and "Bitmap" not in plan, plan
 
 
+#: The claim as its function runs it (``functions.CLAIM_BODY``): its limit a parameter.
+CLAIM_WITH_ITS_LIMIT_BOUND = sql.COMPLETE_AND_CLAIM.replace("{limit}", "%(limit)s::integer")
+
+
 def _plan(statement: str, params: Any) -> str:
     with connection.cursor() as cursor:
         cursor.execute("EXPLAIN (COSTS OFF) " + statement, params)
@@ -272,8 +276,8 @@ def test_claim_generic_plan__reads_the_steps_of_the_claimed_runs_only__with_many
     pg.execute("ANALYZE workflows, workflow_steps")
     pg.execute(sql.INDEX_PLANS_ONLY)
     # A claim as large as a whole process's threads and more: claiming ahead makes them.
-    bound_limit = sql.COMPLETE_AND_CLAIM.replace("{limit}", "%(limit)s::integer")  # as the function binds it
-    psycopg.Cursor(pg).execute(bound_limit, {**claims.claim_params("w", None, []), "limit": 400}, prepare=True)
+    params = {**claims.claim_params("w", None, []), "limit": 400}
+    psycopg.Cursor(pg).execute(CLAIM_WITH_ITS_LIMIT_BOUND, params, prepare=True)
     name, types = pg.execute(
         "SELECT name, parameter_types FROM pg_prepared_statements WHERE cardinality(parameter_types) > 0"
     ).fetchone()
@@ -294,8 +298,7 @@ def test_claim_generic_plan__with_stale_statistics__reads_each_table_by_an_index
     finished = [claims.FinishedRun(run, "null", 0.0) for run in runs[:4]]
     pg = connection.connection
     pg.execute(sql.INDEX_PLANS_ONLY)
-    bound_limit = sql.COMPLETE_AND_CLAIM.replace("{limit}", "%(limit)s::integer")
-    plan = _plan(bound_limit, {**claims.claim_params("w", None, finished), "limit": 4})
+    plan = _plan(CLAIM_WITH_ITS_LIMIT_BOUND, {**claims.claim_params("w", None, finished), "limit": 4})
     scans = plan.split("->")
     unbounded = [scan for scan in scans if " Scan using " in scan and "Index Cond" not in scan.split("->")[0]]
     assert not [scan for scan in unbounded if "idx_workflows_claim" not in scan], plan  # the claim's own is ordered

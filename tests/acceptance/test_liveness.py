@@ -47,7 +47,7 @@ def test_worker_id__names_host_pid_and_a_random_nonce(workers):
 
 
 def test_zombie__a_paused_worker_whose_workflow_finished_elsewhere_writes_nothing(workers):
-    workflow = start_workflow("slow", {"seconds": 3, "steps": 2})
+    workflow = start_workflow("slow", {"seconds": 1.5, "steps": 2})
     env = worker_env(**FAST_LIVENESS)
     zombie = start_workers("--concurrency", "1", env=env)
     workers.append(zombie)
@@ -60,7 +60,7 @@ def test_zombie__a_paused_worker_whose_workflow_finished_elsewhere_writes_nothin
         assert finished[0]["attempts"] == 2 and finished[0]["worker_id"] != ""
     finally:
         zombie.send_signal(signal.SIGCONT)
-    time.sleep(4)  # the zombie wakes, finishes its step body, tries to checkpoint and heartbeat
+    time.sleep(2.5)  # the zombie wakes, finishes its step body, tries to checkpoint and heartbeat
     assert snapshot(workflow.pk) == finished
     zombie.send_signal(signal.SIGTERM)
     output, _ = zombie.communicate(timeout=30)

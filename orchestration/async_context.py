@@ -36,7 +36,7 @@ from . import observe
 from .context import ChildHandle, WorkflowContext
 from .errors import ControlFlow, DeadlineExceeded, LeaseLost, PermanentError, StepTimeout
 from .lease import Lease
-from .validation import to_json_value, validate_step_timeout
+from .validation import to_json, validate_step_timeout
 
 #: How often an async step body is checked for a lost lease while it runs (seconds).
 LOST_CHECK_INTERVAL = 0.25
@@ -168,7 +168,7 @@ class AsyncWorkflowContext(WorkflowContext):
         started = time.monotonic()
         try:
             result = await self._within(number, name, limit, fn(*args, **kwargs))
-            output = to_json_value(result, f"The result of step {number} {name!r}")
+            output, encoded = to_json(result, f"The result of step {number} {name!r}")
         except ControlFlow:
             raise
         except BaseException as exc:
@@ -176,7 +176,7 @@ class AsyncWorkflowContext(WorkflowContext):
                 raise
             await self._on_thread(self._record_step_failure)(number, name, exc, started)
             raise
-        self._run.defer_checkpoint(number, name, output)
+        self._run.defer_checkpoint(number, name, encoded)
         self._completed(number, name, output, started)
         return output
 

@@ -34,6 +34,7 @@ from .models import StepStatus, Workflow, WorkflowStatus
 from .patches import Patches
 from .timeouts import Expired, call_within
 from .validation import (
+    to_json,
     to_json_value,
     to_timedelta,
     validate_event_name,
@@ -156,7 +157,7 @@ class WorkflowContext:
                 result = self._call_within(number, name, limit, fn, args, kwargs)
             if inspect.isawaitable(result):
                 raise _awaitable_result(number, name, result, ASYNC_STEP_NEEDS_ASYNC_WORKFLOW)
-            output = to_json_value(result, f"The result of step {number} {name!r}")
+            output, encoded = to_json(result, f"The result of step {number} {name!r}")
         except ControlFlow:
             raise
         except BaseException as exc:  # KeyboardInterrupt, SystemExit ... fail the attempt like any error
@@ -164,7 +165,7 @@ class WorkflowContext:
             raise
         # Written in one transaction with the run's next write (the next step's
         # start, the run's end, a wait): see Lease.defer_checkpoint.
-        self._run.defer_checkpoint(number, name, output)
+        self._run.defer_checkpoint(number, name, encoded)
         self._completed(number, name, output, started)
         return output
 

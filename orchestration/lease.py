@@ -47,7 +47,7 @@ class DeferredCheckpoint:
 
     number: int
     name: str
-    output: Any
+    output: str  # as JSON text
     returned_at: float  # time.monotonic() when the step's body returned
 
     def age(self, now: float) -> float:
@@ -157,10 +157,11 @@ class Lease:
         step's deferred checkpoint."""
         self._fenced(step=number, name=name)
 
-    def defer_checkpoint(self, number: int, name: str, output: Any) -> None:
+    def defer_checkpoint(self, number: int, name: str, output: str) -> None:
         """Keep step ``number``'s checkpoint to write it with the run's next
         write (the next step's start, the run's end or release, a wait), in the
-        same transaction: one transaction a step is saved.
+        same transaction: one transaction a step is saved. ``output`` is the
+        step's result as JSON text, as ``validation.to_json`` encoded it.
 
         Nothing is weakened: a worker that dies before that write loses the
         checkpoint, and the step runs again, exactly as when it dies just
@@ -360,7 +361,7 @@ class Lease:
         return {
             "checkpoint_step": checkpoint.number,
             "checkpoint_name": checkpoint.name,
-            "checkpoint_output": json.dumps(checkpoint.output),
+            "checkpoint_output": checkpoint.output,
             "checkpoint_age": checkpoint.age(time.monotonic()),
         }
 
@@ -404,7 +405,7 @@ def completion_params(finished: list[tuple[Lease, str]]) -> dict[str, Any]:
         "outputs": "[" + ",".join(output for _, output in finished) + "]",
         "steps": array(str(checkpoint.number) if checkpoint else "NULL" for checkpoint in checkpoints),
         "step_names": json.dumps([checkpoint.name if checkpoint else None for checkpoint in checkpoints]),
-        "step_outputs": json.dumps([checkpoint.output if checkpoint else None for checkpoint in checkpoints]),
+        "step_outputs": "[" + ",".join(checkpoint.output if checkpoint else "null" for checkpoint in checkpoints) + "]",
         "ages": array(f"{checkpoint.age(now) if checkpoint else 0.0:.6f}" for checkpoint in checkpoints),
     }
 

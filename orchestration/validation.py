@@ -28,9 +28,24 @@ class NotJSONSerializable(InvalidWorkflowInput, TypeError):
     """The value cannot be stored as JSON."""
 
 
+#: The types whose values JSON reads back as themselves (a str unless it holds surrogates, see ``to_json``).
+_SELF_DECODING = frozenset({type(None), bool, int, float, str})
+
+
 def to_json_value(value: Any, what: str) -> Any:
     """Return ``value`` as it will read back from jsonb, or raise naming ``what``."""
-    return json.loads(to_json_text(value, what))
+    return to_json(value, what)[0]
+
+
+def to_json(value: Any, what: str) -> tuple[Any, str]:
+    """Return ``value`` as it will read back from jsonb, and as the JSON text
+    written (so that it is encoded once), or raise naming ``what``. A scalar is
+    not decoded again: it reads back as itself, but a str with a surrogate
+    pair, which decoding joins into one character."""
+    encoded = to_json_text(value, what)
+    if type(value) in _SELF_DECODING and "\\ud" not in encoded:
+        return value, encoded
+    return json.loads(encoded), encoded
 
 
 def to_json_text(value: Any, what: str) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime
 import importlib
+import json
 import threading
 import time
 from pathlib import Path
@@ -105,7 +106,7 @@ def test_step_checkpoint__is_written_with_the_next_step_start_in_one_statement()
     workflow_ = start_workflow("perf_two_steps")
     (run,) = claims.claim("w", None)
     run.start_step(1, "first")
-    run.defer_checkpoint(1, "one", {"out": 1})
+    run.defer_checkpoint(1, "one", json.dumps({"out": 1}))
     assert steps_of(workflow_.pk) == {1: StepStatus.RUNNING}  # not written yet
     with CaptureQueriesContext(connection) as queries:
         run.start_step(2, "second")
@@ -147,7 +148,7 @@ def test_step_checkpoint__of_a_run_that_lost_its_lease__is_never_written():
     workflow_ = start_workflow("perf_two_steps")
     (run,) = claims.claim("w", None)
     run.start_step(1, "first")
-    run.defer_checkpoint(1, "one", "late")
+    run.defer_checkpoint(1, "one", json.dumps("late"))
     cancel_workflow(workflow_.pk)
     with pytest.raises(RunCancelled):
         run.start_step(2, "second")
@@ -256,7 +257,7 @@ def test_hot_path_plans__with_index_plans_only__stay_index_lookups_with_stale_st
     assert "Index Scan using idx_workflows_claim" in claim_plan, claim_plan
     finished = [claims.FinishedRun(run, "null", 0.0) for run in runs[:4]]
     for item in finished:
-        item.run.defer_checkpoint(1, "only", None)
+        item.run.defer_checkpoint(1, "only", json.dumps(None))
     complete_plan = _plan(*claims.claim_statement("w", None, finished, 0))
     together_plan = _plan(*claims.claim_statement("w", None, finished, 4))
     assert "Index Scan using idx_workflows_claim" in together_plan, together_plan
@@ -294,7 +295,7 @@ def test_claim_generic_plan__with_stale_statistics__reads_each_table_by_an_index
     # statistics still say the tables are empty; a completion with a checkpoint runs every part.
     runs = _stale_statistics_with_a_half_drained_backlog()
     for run in runs[:4]:
-        run.defer_checkpoint(1, "only", None)
+        run.defer_checkpoint(1, "only", json.dumps(None))
     finished = [claims.FinishedRun(run, "null", 0.0) for run in runs[:4]]
     pg = connection.connection
     pg.execute(sql.INDEX_PLANS_ONLY)
@@ -329,7 +330,7 @@ def test_finish_and_claim__completes_finished_runs_with_their_checkpoints_and_cl
     waiting = start_workflow("perf_one_step", priority=-1)  # claimed after the other two
     runs = claims.claim("w", None, limit=2)
     for run in runs:
-        run.defer_checkpoint(1, "only", {"n": str(run.id)})
+        run.defer_checkpoint(1, "only", json.dumps({"n": str(run.id)}))
     done, lost = (Workflow.objects.get(pk=run.id) for run in runs)
     Workflow.objects.filter(pk=lost.pk).update(lease_token=None)  # reclaimed meanwhile
     finished = [claims.FinishedRun(run, '{"ok": true}', 0.0) for run in runs]

@@ -1,17 +1,33 @@
 import datetime
+import json
 import math
 
 import pytest
 from django.test import override_settings
 
 from orchestration.errors import InvalidWorkflowInput
-from orchestration.validation import NotJSONSerializable, to_json_value, validate_options, validate_step_timeout
+from orchestration.validation import (
+    NotJSONSerializable,
+    to_json,
+    to_json_value,
+    validate_options,
+    validate_step_timeout,
+)
 
 GOOD = dict(idempotency_key=None, run_after=None, queue="default", priority=0, max_retries=3)
 
 
 def test_to_json_value__round_trips_like_jsonb():
     assert to_json_value({"a": (1, 2)}, "x") == {"a": [1, 2]}
+
+
+@pytest.mark.parametrize(
+    "value", [None, True, 7, 2**70, 0.1, "plain", "caf\u00e9 \U0001f600", {1: "key"}, ("a",), "\ud83d\ude00"]
+)
+def test_to_json__gives_the_value_as_json_decodes_its_text_and_that_text(value):
+    output, encoded = to_json(value, "x")
+    assert encoded == json.dumps(value)
+    assert output == json.loads(encoded) and type(output) is type(json.loads(encoded))
 
 
 @pytest.mark.parametrize("value", [{1, 2}, object(), math.nan, datetime.date(2024, 1, 1)])

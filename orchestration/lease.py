@@ -392,7 +392,7 @@ def completion_params(finished: list[tuple[Lease, str]]) -> dict[str, Any]:
     """``sql.COMPLETE_AND_CLAIM``'s parameters that complete each ``(lease,
     output as JSON text)``, with its deferred checkpoint; in id order, so that
     two batches lock their rows in one order."""
-    finished = sorted(finished, key=lambda item: str(item[0].id))
+    finished = sorted(finished, key=lambda item: item[0].id.int)
     checkpoints = [lease.checkpoint for lease, _ in finished]
     now = time.monotonic()
 
@@ -400,8 +400,8 @@ def completion_params(finished: list[tuple[Lease, str]]) -> dict[str, Any]:
         return "{" + ",".join(values) + "}"
 
     return {
-        "ids": array(str(lease.id) for lease, _ in finished),
-        "leases": array(str(lease.lease_token) for lease, _ in finished),
+        "ids": array(lease.id.hex for lease, _ in finished),  # a uuid's 32 hex digits: cheaper than str()
+        "leases": array(lease.lease_token.hex for lease, _ in finished),
         "outputs": "[" + ",".join(output for _, output in finished) + "]",
         "steps": array(str(checkpoint.number) if checkpoint else "NULL" for checkpoint in checkpoints),
         "step_names": json.dumps([checkpoint.name if checkpoint else None for checkpoint in checkpoints]),

@@ -82,6 +82,8 @@ def insert(
     share; return the runs in that order. A key taken (in its ``scope``, see
     ``KEY_CONFLICTS``) returns that key's run instead: ON CONFLICT waited for
     any concurrent insert of it to commit, so a later read sees it."""
+    if scope is None and all(key is None for key in keys):  # only a key can be taken: every run is new
+        return _insert_rows(alias, options, time_ordered_uuids(len(keys)), inputs, keys, concurrency_keys, scope)
     for _ in range(_ROUNDS):
         ids = time_ordered_uuids(len(keys))
         rows = _insert_rows(alias, options, ids, inputs, keys, concurrency_keys, scope)
@@ -114,13 +116,15 @@ def _insert_rows(
 ) -> list[Workflow]:
     """The new rows (or the run a debounced start updated): the first comes back
     whole, the others as their id and key (their input is ``inputs``, decoded
-    here), since the rows of one INSERT differ in nothing else. (An input's
-    objects come back as ``json`` reads them, equal to what jsonb stores; its
-    keys in the order they were sent.)"""
+    here), since the rows of one INSERT differ in nothing else; without any
+    key, only the first comes back, and the others are ``ids``, in their
+    order. (An input's objects come back as ``json`` reads them, equal to
+    what jsonb stores; its keys in the order they were sent.)"""
     connection = connections[alias]
     fields = Workflow._meta.concrete_fields
     own = OWN_COLUMNS if concurrency_keys is None else (*OWN_COLUMNS, "concurrency_key")
-    statement = _statement(alias, tuple(options), own, scope)
+    keyless = scope is None and all(key is None for key in keys)
+    statement = _statement(alias, tuple(options), own, scope, keyless)
     params = {
         **options,
         # Arrays as text (psycopg's list dumpers cost more); a uuid as its 32 hex digits, which str() costs 3 times.
@@ -136,11 +140,16 @@ def _insert_rows(
     if not rows:
         return []
     attnames = [field.attname for field in fields]
-    template = _converted(connection, fields, list(next(row[2:] for row in rows if row[2] is not None)))
+    if keyless:  # the rows sent, in their order: reading each back would cost more than the insert's own work
+        template = _converted(connection, fields, list(rows[0]))
+        new = [(workflow_id, None) for workflow_id in ids]
+    else:
+        template = _converted(connection, fields, list(next(row[2:] for row in rows if row[2] is not None)))
+        new = [(workflow_id, key) for workflow_id, key, *_ in rows]
     id_at, input_at, key_at = (attnames.index(column) for column in OWN_COLUMNS)
     input_of = dict(zip(ids, json.loads(inputs), strict=True))
     workflows = []
-    for workflow_id, key, *_ in rows:
+    for workflow_id, key in new:
         values = template.copy()
         # A run a debounced start updated is the only row, whole: its input is the template's.
         values[id_at], values[input_at], values[key_at] = workflow_id, input_of.get(workflow_id, values[input_at]), key
@@ -155,7 +164,11 @@ def _insert_rows(
 
 @functools.lru_cache(maxsize=32)
 def _statement(
-    alias: str, shared: tuple[str, ...], own: tuple[str, ...] = OWN_COLUMNS, scope: str | None = None
+    alias: str,
+    shared: tuple[str, ...],
+    own: tuple[str, ...] = OWN_COLUMNS,
+    scope: str | None = None,
+    keyless: bool = False,
 ) -> str:
     """The insert for the columns ``shared`` by its rows, made once per database
     and set of columns: making it is a fair part of a single start's cost.
@@ -165,7 +178,8 @@ def _statement(
     values ``shared`` by every row (a bound NULL's type spelled out), but for
     keys taken (``KEY_CONFLICTS``), and NOTIFYs ``%(notify_queue)s`` once. It
     returns each row's id and key, and the first row whole beside each: the
-    rows of one INSERT differ in nothing else."""
+    rows of one INSERT differ in nothing else. ``keyless`` (no key given, so
+    every row is new): it returns only one row, whole."""
     connection = connections[alias]
     quote = connection.ops.quote_name
     typed = [(column, Workflow._meta.get_field(column).db_type(connection) or "") for column in shared]
@@ -184,9 +198,16 @@ def _statement(
         ), wake AS (
             SELECT pg_notify(%(channel)s, %(notify_queue)s) WHERE EXISTS (SELECT FROM new)
         )
-        SELECT new.id, new.idempotency_key, whole.*
-        FROM new LEFT JOIN whole ON whole.id = new.id LEFT JOIN wake ON true
+        {_KEYLESS_ROWS if keyless else _ROWS}
     """
+
+
+#: What the insert returns: each new row's id and key, the first row whole beside each ...
+_ROWS = (
+    "SELECT new.id, new.idempotency_key, whole.* FROM new LEFT JOIN whole ON whole.id = new.id LEFT JOIN wake ON true"
+)
+#: ... or, when no key was given, the first row whole only.
+_KEYLESS_ROWS = "SELECT whole.* FROM whole LEFT JOIN wake ON true"
 
 
 def _converted(connection: Any, fields: Any, values: list[Any]) -> list[Any]:

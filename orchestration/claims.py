@@ -26,7 +26,7 @@ from typing import Any
 
 from . import flow, sql
 from .conf import conf
-from .counted_sql import complete_and_claim_counted
+from .counted_sql import COMPLETE_AND_CLAIM_COUNTED
 from .lease import Lease, completion_params
 
 
@@ -65,17 +65,21 @@ def finish_and_claim(
     if limited is None:
         rules = flow.rules_of(queues)
         limited, keys_or_rates = rules.limited, rules.keys_or_rates
-    if limited:
-        statement = claim_statement(worker_id, queues, finished, limit, limited, keys_or_rates)
-        lock = (sql.LOCK_QUEUES, {"queues": statement[1]["queues"], "space": sql.QUEUE_LOCK_SPACE})
-        _, rows = sql.run_together(conf.DATABASE, [lock, statement], sql.INDEX_PLANS_ONLY_NO_JIT)
-    else:
-        rows = sql.run(conf.DATABASE, sql.CLAIM, {**claim_params(worker_id, queues, finished), "limit": limit})
+    claim = _LIMIT_AWARE_CLAIMS[keys_or_rates] if limited else sql.CLAIM
+    rows = sql.run(conf.DATABASE, claim, {**claim_params(worker_id, queues, finished), "limit": limit})
     completed = set(rows[0][-1] or ())
     for item in finished:
         if item.run.id in completed:
             item.run.checkpoint = None
     return _leases(row[:-1] for row in rows if row[0] is not None), completed
+
+
+#: The limit-aware claims as the worker runs them, with their lock: functions
+#: (see ``functions``), by whether a served queue has a per-key or a rate limit.
+_LIMIT_AWARE_CLAIMS = {
+    keys_or_rates: sql.CLAIM.replace("orchestration_complete_and_claim(", f"orchestration_complete_and_claim_{kind}(")
+    for keys_or_rates, kind in ((False, "counted"), (True, "limited"))
+}
 
 
 def claim_statement(
@@ -88,14 +92,14 @@ def claim_statement(
 ) -> tuple[str, dict[str, Any]]:
     """``sql.COMPLETE_AND_CLAIM`` (with ``limited``, ``sql.COMPLETE_AND_CLAIM_LIMITED``,
     or without ``keys_or_rates`` ``counted_sql.COMPLETE_AND_CLAIM_COUNTED``) for
-    ``limit`` runs, and its parameters: what the claim runs (the unlimited one as
-    the body of ``sql.CLAIM``'s function), for ``EXPLAIN`` by the benchmark and the tests."""
+    ``limit`` runs, and its parameters: what the claim's function runs, for
+    ``EXPLAIN`` by the benchmark and the tests (a limit-aware claim with its
+    limit bound, as its function plans it; the other with its limit written in)."""
     params = claim_params(worker_id, queues, finished)
     if not limited:
         return sql.complete_and_claim(limit), params
-    if not keys_or_rates:
-        return complete_and_claim_counted(limit), params
-    return sql.complete_and_claim_limited(limit), params
+    statement = sql.COMPLETE_AND_CLAIM_LIMITED if keys_or_rates else COMPLETE_AND_CLAIM_COUNTED
+    return statement.replace("{limit}", "%(limit)s::integer"), {**params, "limit": limit}
 
 
 def claim_params(worker_id: str, queues: list[str] | None, finished: list[FinishedRun]) -> dict[str, Any]:

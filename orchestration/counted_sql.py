@@ -11,8 +11,6 @@ its runs up to it.
 
 from __future__ import annotations
 
-import functools
-
 from .sql import COMPLETIONS, LIMITED_ROWS, LIMITED_TAKEN, PENDING_QUEUES
 
 #: ``sql.COMPLETE_AND_CLAIM_LIMITED`` (same parameters, same rows back, after
@@ -56,9 +54,3 @@ WITH RECURSIVE """
 """
     + LIMITED_ROWS
 )
-
-
-@functools.lru_cache(maxsize=64)
-def complete_and_claim_counted(limit: int) -> str:
-    """``COMPLETE_AND_CLAIM_COUNTED`` for claims of up to ``limit`` runs."""
-    return COMPLETE_AND_CLAIM_COUNTED.replace("{limit}", str(int(limit)))

@@ -1,4 +1,4 @@
-"""The worker's two hot statements as PL/pgSQL functions, and their DDL.
+"""The worker's hot statements as PL/pgSQL functions, and their DDL.
 
 Each hot statement was sent in a pipeline after ``sql.INDEX_PLANS_ONLY``'s
 ``set_config`` calls, so that its plan never depends on fresh statistics. As
@@ -7,9 +7,14 @@ statement, no pipeline, about a third less of the worker's CPU a round trip
 (docs/performance.md), and PL/pgSQL keeps each of its statements' generic
 plans for the connection's life.
 
+The limit-aware claims take their queues' advisory locks in their function
+too, so that a limited queue's claim is one statement as well.
+
 The migrations create them from this module (``CREATE OR REPLACE``), each
-with the ``fingerprint`` of the text it creates: a change here (or to
-``sql.COMPLETE_AND_CLAIM``) needs a new migration that runs
+with the ``fingerprint`` of the text it creates: a change here (or to a
+statement a function is made of: ``sql.COMPLETE_AND_CLAIM``,
+``sql.COMPLETE_AND_CLAIM_LIMITED``, ``sql.LOCK_QUEUES``,
+``counted_sql.COMPLETE_AND_CLAIM_COUNTED``) needs a new migration that runs
 ``create_functions`` again, or databases migrated before keep the old body; a
 test fails until the last such migration carries the current fingerprint.
 """
@@ -19,9 +24,9 @@ from __future__ import annotations
 import hashlib
 import re
 
-from . import sql
+from . import counted_sql, sql
 
-#: Planner settings of both functions: ``sql.INDEX_PLANS_ONLY``'s, as ``SET`` clauses.
+#: Planner settings of the functions: ``sql.INDEX_PLANS_ONLY``'s, as ``SET`` clauses.
 _SETTINGS = """SET enable_seqscan = off SET enable_bitmapscan = off SET enable_sort = off SET enable_hashjoin = off
 SET enable_mergejoin = off SET plan_cache_mode = force_generic_plan"""
 
@@ -78,17 +83,39 @@ CREATE OR REPLACE FUNCTION orchestration_fenced_write(
 )
 
 
+def _in_function(statement: str) -> str:
+    """``statement`` with its parameters as a function's (``p_``) and its limit bound (``p_limit``)."""
+    return re.sub(r"%\((\w+)\)s", r"p_\1", statement.replace("{limit}", "p_limit")).rstrip()
+
+
 #: ``orchestration_complete_and_claim``'s body: ``sql.COMPLETE_AND_CLAIM`` with
 #: its parameters as the function's (``p_``) and its limit bound. The columns it
 #: returns share their names with the function's: ``use_column`` makes them the tables'.
-CLAIM_BODY = "\n#variable_conflict use_column\nBEGIN\n    RETURN QUERY{};\nEND\n".format(
-    re.sub(r"%\((\w+)\)s", r"p_\1", sql.COMPLETE_AND_CLAIM.replace("{limit}", "p_limit")).rstrip()
-)
+CLAIM_BODY = f"\n#variable_conflict use_column\nBEGIN\n    RETURN QUERY{_in_function(sql.COMPLETE_AND_CLAIM)};\nEND\n"
 
 
-COMPLETE_AND_CLAIM = (
-    """
-CREATE OR REPLACE FUNCTION orchestration_complete_and_claim(
+def _locked_claim_body(statement: str) -> str:
+    """A limit-aware claim's body: the advisory lock of each limited queue
+    served (``sql.LOCK_QUEUES``), then ``statement``. Each statement of a
+    VOLATILE function reads a snapshot of its own, so the claim, taken after
+    the lock, sees every run the lock's previous holder claimed. Its
+    ``statement_timestamp()`` is the call's, from before any wait for the
+    lock; the rate limits' clock is ``clock_timestamp()``, read after it."""
+    lock = sql.LOCK_QUEUES.replace("%(space)s", str(sql.QUEUE_LOCK_SPACE)).strip().removeprefix("SELECT")
+    return (
+        f"\n#variable_conflict use_column\nBEGIN\n    PERFORM{_in_function(lock)};\n"
+        f"    RETURN QUERY{_in_function(statement)};\nEND\n"
+    )
+
+
+#: ``orchestration_complete_and_claim_counted``'s body: ``counted_sql.COMPLETE_AND_CLAIM_COUNTED`` after its lock.
+COUNTED_CLAIM_BODY = _locked_claim_body(counted_sql.COMPLETE_AND_CLAIM_COUNTED)
+#: ``orchestration_complete_and_claim_limited``'s body: ``sql.COMPLETE_AND_CLAIM_LIMITED`` after its lock.
+LIMITED_CLAIM_BODY = _locked_claim_body(sql.COMPLETE_AND_CLAIM_LIMITED)
+
+
+#: The parameters and rows of both claims' functions.
+_CLAIM_SIGNATURE = """(
     p_ids text, p_leases text, p_outputs text, p_steps text, p_step_names text, p_step_outputs text, p_ages text,
     p_worker text, p_queues text, p_limit integer
 ) RETURNS TABLE (
@@ -96,29 +123,54 @@ CREATE OR REPLACE FUNCTION orchestration_complete_and_claim(
     queue varchar, parent_id uuid, deadline timestamptz, fresh boolean, ids uuid[]
 ) LANGUAGE plpgsql VOLATILE
 """
+
+COMPLETE_AND_CLAIM = (
+    "\nCREATE OR REPLACE FUNCTION orchestration_complete_and_claim"
+    + _CLAIM_SIGNATURE
     + _SETTINGS
     + "\nAS $$"
     + CLAIM_BODY
     + "$$;"
 )
 
+
+def _limit_aware(name: str, body: str) -> str:
+    """A limit-aware claim's DDL, with ``sql.INDEX_PLANS_ONLY_NO_JIT``'s settings (no JIT for a long statement)."""
+    return f"\nCREATE OR REPLACE FUNCTION {name}{_CLAIM_SIGNATURE}{_SETTINGS} SET jit = off\nAS $${body}$$;"
+
+
+COMPLETE_AND_CLAIM_COUNTED = _limit_aware("orchestration_complete_and_claim_counted", COUNTED_CLAIM_BODY)
+COMPLETE_AND_CLAIM_LIMITED = _limit_aware("orchestration_complete_and_claim_limited", LIMITED_CLAIM_BODY)
+
 #: Each function's name, its DDL, and its body as ``pg_proc.prosrc`` holds it.
 FUNCTIONS = {
     "orchestration_fenced_write": (FENCED_WRITE, FENCED_WRITE_BODY),
     "orchestration_complete_and_claim": (COMPLETE_AND_CLAIM, CLAIM_BODY),
+    "orchestration_complete_and_claim_counted": (COMPLETE_AND_CLAIM_COUNTED, COUNTED_CLAIM_BODY),
+    "orchestration_complete_and_claim_limited": (COMPLETE_AND_CLAIM_LIMITED, LIMITED_CLAIM_BODY),
 }
 
-DROP = """
-DROP FUNCTION orchestration_fenced_write(uuid, uuid, integer, text, jsonb, float8, integer, text);
-DROP FUNCTION orchestration_complete_and_claim(text, text, text, text, text, text, text, text, text, integer);
-"""
+#: Each function's DROP (a migration's reverse).
+DROP = {
+    "orchestration_fenced_write": "DROP FUNCTION orchestration_fenced_write(uuid, uuid, integer, text, jsonb, float8, "
+    "integer, text);",
+    **{
+        name: f"DROP FUNCTION {name}(text, text, text, text, text, text, text, text, text, integer);"
+        for name in FUNCTIONS
+        if name != "orchestration_fenced_write"
+    },
+}
 
 
-def create_functions() -> str:
-    """The DDL that creates (or replaces) both functions as this module has them."""
-    return "\n".join(ddl for ddl, _ in FUNCTIONS.values())
+def create_functions(*names: str) -> str:
+    """The DDL that creates (or replaces) the functions ``names`` (all when none) as this module has them."""
+    return "\n".join(FUNCTIONS[name][0] for name in names or FUNCTIONS)
+
+
+def drop_functions(*names: str) -> str:
+    return "\n".join(DROP[name] for name in names)
 
 
 def fingerprint() -> str:
-    """A digest of ``create_functions()``, which the migration that creates them records."""
+    """A digest of ``create_functions()``, which the last migration that creates them records."""
     return hashlib.sha256(create_functions().encode()).hexdigest()[:16]

@@ -13,7 +13,6 @@ The INSERT that starts runs is built per set of columns, in ``enqueue``.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 from typing import Any
 
@@ -140,9 +139,9 @@ CLAIM = (
 )
 
 
-#: Before ``COMPLETE_AND_CLAIM_LIMITED``, in its transaction: the advisory lock of
-#: each limited queue served (no write, no WAL), in one order. The claims of a
-#: queue take turns, each counting in a snapshot taken once those before it
+#: Before a limit-aware claim, in its function (see ``functions``): the advisory
+#: lock of each limited queue served (no write, no WAL), in one order. The claims
+#: of a queue take turns, each counting in a snapshot taken once those before it
 #: committed (a count in the statement that waited would not see them).
 LOCK_QUEUES = """
 SELECT pg_advisory_xact_lock(%(space)s, hashtext(name)) FROM workflow_queues
@@ -294,18 +293,12 @@ WITH RECURSIVE """
 )
 
 
-@functools.lru_cache(maxsize=64)
-def complete_and_claim_limited(limit: int) -> str:
-    """``COMPLETE_AND_CLAIM_LIMITED`` for claims of up to ``limit`` runs."""
-    return COMPLETE_AND_CLAIM_LIMITED.replace("{limit}", str(int(limit)))
-
-
 #: The fenced write (``orchestration_fenced_write``, see ``functions``): nothing
 #: unless lease ``%(lease)s`` still holds workflow ``%(id)s``; then the deferred
 #: checkpoint (a step ``%(checkpoint_step)s`` that is not NULL) and, with a
 #: step ``%(step)s`` that is not NULL, that step recorded running. Returns 1
 #: if the lease held, else 0. A function, so that its planner settings ride in
-#: its ``SET`` clauses instead of a pipeline (see ``run_together``).
+#: its ``SET`` clauses instead of a pipeline of two statements.
 FENCED_WRITE = (
     "SELECT orchestration_fenced_write(%(id)s, %(lease)s, %(checkpoint_step)s::integer, %(checkpoint_name)s, "
     "%(checkpoint_output)s::jsonb, %(checkpoint_age)s::float8, %(step)s::integer, %(name)s)"
@@ -320,7 +313,9 @@ NO_CHECKPOINT: dict[str, Any] = {
 }
 
 
-#: Run first in each transaction of ``run_together``. With stale statistics (a
+#: The hot statements' planner settings (the ``SET`` clauses of their
+#: functions, see ``functions``; tests and ``EXPLAIN`` run them first, in the
+#: transaction that plans the statement). With stale statistics (a
 #: table analysed while nearly empty, then filled faster than autovacuum
 #: re-analyses it) the planner reads every queued row per claim; with these
 #: shapes priced out, only index scans that stop at ``LIMIT`` and nested loops
@@ -351,46 +346,6 @@ def try_reclaim_lock(alias: str) -> bool:
 #: sorts a few candidates, and a sort priced out costs enough to be compiled by
 #: JIT, a second of it a claim.
 INDEX_PLANS_ONLY_NO_JIT = INDEX_PLANS_ONLY + ", set_config('jit', 'off', true)"
-
-
-def run_together(
-    alias: str, statements: list[tuple[str, Any]], settings: str = INDEX_PLANS_ONLY
-) -> list[list[tuple[Any, ...]]]:
-    """Run ``statements`` after ``settings`` (``INDEX_PLANS_ONLY``), in one
-    transaction and one round trip (psycopg's pipeline mode), and return the
-    rows of each.
-
-    The connection is in autocommit mode, and psycopg sends one Sync, at the
-    end of the pipeline: until then the server runs the statements in one
-    implicit transaction, committed at the Sync, rolled back whole if one
-    fails (PostgreSQL's extended query protocol). No BEGIN, no COMMIT.
-
-    A prepared statement's generic plan, made once and kept for the
-    connection's life, is planned under ``INDEX_PLANS_ONLY`` too, so a plan
-    made while a table was nearly empty is not kept as it grows.
-
-    Inside a transaction the caller opened (``atomic()``) they run one by one
-    in it, without ``INDEX_PLANS_ONLY``, whose settings would outlive them there.
-    """
-    connection = connections[alias]
-    if connection.in_atomic_block:
-        return [run(alias, statement, params) for statement, params in statements]
-    connection.ensure_connection()
-    pg = connection.connection
-    cursors = []
-    with connection.wrap_database_errors:
-        try:
-            with pg.pipeline():
-                psycopg.Cursor(pg).execute(settings)
-                for statement, params in statements:
-                    cursors.append(psycopg.Cursor(pg))  # server-side binding: prepared (see ``run``)
-                    cursors[-1].execute(statement, params)
-        except BaseException:
-            if not pg.closed and pg.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
-                with contextlib.suppress(psycopg.Error):
-                    pg.rollback()
-            raise
-        return [cursor.fetchall() for cursor in cursors]  # each of them returns rows
 
 
 def run(alias: str, statement: str, params: Any) -> list[tuple[Any, ...]]:

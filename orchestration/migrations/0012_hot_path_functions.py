@@ -7,6 +7,8 @@ from django.db import migrations
 
 from orchestration import functions
 
+#: The functions this migration creates.
+NAMES = ("orchestration_fenced_write", "orchestration_complete_and_claim")
 #: ``functions.fingerprint()`` of the text this migration was written for.
 FUNCTIONS_FINGERPRINT = "c1ad04ca8860bf25"
 
@@ -14,4 +16,4 @@ FUNCTIONS_FINGERPRINT = "c1ad04ca8860bf25"
 class Migration(migrations.Migration):
     dependencies = [("orchestration", "0011_console_error_history")]
 
-    operations = [migrations.RunSQL(functions.create_functions(), functions.DROP)]
+    operations = [migrations.RunSQL(functions.create_functions(*NAMES), functions.drop_functions(*NAMES))]

@@ -14,7 +14,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from django.db import DataError, connection, connections
+from django.db import connection, connections
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
@@ -252,7 +252,7 @@ def _stale_statistics_with_a_half_drained_backlog() -> list[Lease]:
 def test_hot_path_plans__with_index_plans_only__stay_index_lookups_with_stale_statistics():
     runs = _stale_statistics_with_a_half_drained_backlog()
     with connection.cursor() as cursor:
-        cursor.execute(sql.INDEX_PLANS_ONLY)  # as sql.run_together does, for this transaction
+        cursor.execute(sql.INDEX_PLANS_ONLY)  # as the functions' SET clauses do
     claim_plan = _plan(*claims.claim_statement("w", None, [], 4))
     assert "Index Scan using idx_workflows_claim" in claim_plan, claim_plan
     finished = [claims.FinishedRun(run, "null", 0.0) for run in runs[:4]]
@@ -307,8 +307,8 @@ def test_claim_generic_plan__with_stale_statistics__reads_each_table_by_an_index
 
 @pytest.mark.parametrize("name", sorted(functions.FUNCTIONS))
 def test_hot_path_functions__in_the_database__are_those_of_orchestration_functions(name):
-    """A change to ``orchestration.functions`` (or to ``sql.COMPLETE_AND_CLAIM``)
-    needs a migration that creates the functions again, or the workers run the old body."""
+    """A change to ``orchestration.functions`` (or to a statement a function is made
+    of) needs a migration that creates the functions again, or the workers run the old body."""
     with connection.cursor() as cursor:
         cursor.execute("SELECT prosrc FROM pg_proc WHERE proname = %s", [name])
         (body,) = cursor.fetchone()
@@ -393,15 +393,3 @@ def test_completions_written_together__one_the_database_refuses_fails_alone_and_
     refused = Workflow.objects.get(pk=bad.id)
     assert refused.status == WorkflowStatus.PENDING and "Unicode" in refused.error_message  # retried later
     assert worker.completed == 1 and not worker.dispatcher.awaiting_completion
-
-
-@pytest.mark.django_db(transaction=True)  # autocommit, as a worker runs
-def test_run_together__is_one_transaction__a_failing_statement_undoes_the_ones_before_it():
-    workflow_ = start_workflow("perf_one_step")
-    touch = ("UPDATE workflows SET priority = 5 WHERE id = %s RETURNING id", [workflow_.pk])
-    with pytest.raises(DataError):
-        sql.run_together(connection.alias, [touch, ("SELECT 1 / 0", None)])
-    workflow_.refresh_from_db()
-    assert workflow_.priority == 0
-    (rows,) = sql.run_together(connection.alias, [touch])  # and the connection is usable after it
-    assert rows == [(workflow_.pk,)]

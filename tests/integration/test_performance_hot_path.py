@@ -393,3 +393,11 @@ def test_completions_written_together__one_the_database_refuses_fails_alone_and_
     refused = Workflow.objects.get(pk=bad.id)
     assert refused.status == WorkflowStatus.PENDING and "Unicode" in refused.error_message  # retried later
     assert worker.completed == 1 and not worker.dispatcher.awaiting_completion
+
+
+@pytest.mark.django_db(transaction=True)
+def test_run__after_its_connection_was_closed__runs_on_the_new_one():
+    (before,) = sql.run(connection.alias, "SELECT pg_backend_pid()", None)
+    connection.close()
+    (after,) = sql.run(connection.alias, "SELECT pg_backend_pid()", None)
+    assert after != before

@@ -53,20 +53,26 @@ def finish_and_claim(
     limit: int,
     limited: bool | None = None,
     keys_or_rates: bool = True,
+    limited_room: int | None = None,
 ) -> tuple[list[Lease], set[uuid.UUID]]:
     """Complete ``finished`` and claim up to ``limit`` workflows, in one
     transaction and one round trip; return the runs claimed and the ids of
     the runs completed (a finished run missing from them had lost its lease,
     and nothing of it was written). ``limited``, ``keys_or_rates``: whether a
     served queue is paused or limited, and by key or rate (``limited`` None:
-    read both now, see ``flow.Rules``)."""
+    read both now, see ``flow.Rules``). ``limited_room``: how many of the runs
+    claimed may be of queues with a concurrency limit (None: ``limit``)."""
     if not finished and not limit:
         return [], set()
     if limited is None:
         rules = flow.rules_of(queues)
         limited, keys_or_rates = rules.limited, rules.keys_or_rates
-    claim = _LIMIT_AWARE_CLAIMS[keys_or_rates] if limited else sql.CLAIM
-    rows = sql.run(conf.DATABASE, claim, {**claim_params(worker_id, queues, finished), "limit": limit})
+    params = {**claim_params(worker_id, queues, finished), "limit": limit}
+    if limited:
+        room = limit if limited_room is None else limited_room
+        rows = sql.run(conf.DATABASE, _LIMIT_AWARE_CLAIMS[keys_or_rates], {**params, "limited_room": room})
+    else:
+        rows = sql.run(conf.DATABASE, sql.CLAIM, params)
     completed = set(rows[0][-1] or ())
     for item in finished:
         if item.run.id in completed:
@@ -77,7 +83,9 @@ def finish_and_claim(
 #: The limit-aware claims as the worker runs them, with their lock: functions
 #: (see ``functions``), by whether a served queue has a per-key or a rate limit.
 _LIMIT_AWARE_CLAIMS = {
-    keys_or_rates: sql.CLAIM.replace("orchestration_complete_and_claim(", f"orchestration_complete_and_claim_{kind}(")
+    keys_or_rates: sql.CLAIM.replace(
+        "orchestration_complete_and_claim(", f"orchestration_complete_and_claim_{kind}("
+    ).replace("%(limit)s::integer)", "%(limit)s::integer, %(limited_room)s::integer)")
     for keys_or_rates, kind in ((False, "counted"), (True, "limited"))
 }
 
@@ -99,7 +107,7 @@ def claim_statement(
     if not limited:
         return sql.complete_and_claim(limit), params
     statement = sql.COMPLETE_AND_CLAIM_LIMITED if keys_or_rates else COMPLETE_AND_CLAIM_COUNTED
-    return statement.replace("{limit}", "%(limit)s::integer"), {**params, "limit": limit}
+    return statement.replace("{limit}", "%(limit)s::integer"), {**params, "limit": limit, "limited_room": limit}
 
 
 def claim_params(worker_id: str, queues: list[str] | None, finished: list[FinishedRun]) -> dict[str, Any]:

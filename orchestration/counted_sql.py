@@ -16,8 +16,8 @@ from .sql import COMPLETIONS, LIMITED_ROWS, LIMITED_TAKEN, PENDING_QUEUES
 #: ``sql.COMPLETE_AND_CLAIM_LIMITED`` (same parameters, same rows back, after
 #: the same ``sql.LOCK_QUEUES``) for workers none of whose queues has a per-key
 #: or a rate limit: per served queue, its ``room`` (0 when paused; else the
-#: least of ``{limit}`` and ``concurrency`` less its running runs, those
-#: completed here given back), then its runs in claim order up to it, those
+#: least of ``{limit}``, ``%(limited_room)s`` and ``concurrency`` less its running
+#: runs, those completed here given back), then its runs in claim order up to it, those
 #: without a key and those with one each from ``idx_workflows_queue_claim``.
 COMPLETE_AND_CLAIM_COUNTED = (
     """
@@ -29,6 +29,7 @@ WITH RECURSIVE """
     SELECT statement_timestamp() AS now
 ), room AS MATERIALIZED (
     SELECT s.name, CASE WHEN q.paused THEN 0 WHEN q.concurrency IS NULL THEN {limit} ELSE GREATEST(0, LEAST({limit},
+        %(limited_room)s::integer,
         q.concurrency - (SELECT count(*) FROM workflows AS w WHERE w.status = 'running' AND w.queue = s.name)
             + (SELECT count(*) FROM done WHERE done.queue = s.name))) END AS room
     FROM (SELECT unnest(%(queues)s::text[]) AS name

@@ -71,6 +71,12 @@ def rules_of(queues: list[str] | None) -> Rules:
     return Rules(limited=bool(found), keys_or_rates=any(value is not None for row in found for value in row))
 
 
+def _concurrency_limits(queues: list[str] | None) -> Any:
+    """The rows of ``queues`` (None: every queue) with a concurrency limit, not paused."""
+    limits = WorkflowQueue.objects.using(conf.DATABASE).filter(paused=False, concurrency__isnull=False)
+    return limits if queues is None else limits.filter(name__in=queues)
+
+
 def concurrency_share(queues: list[str] | None, worker_id: str, threads: int) -> int | None:
     """The runs a process of ``threads`` threads may hold before it claims
     ahead no more: of each concurrency limit among ``queues`` (None: every
@@ -78,10 +84,7 @@ def concurrency_share(queues: list[str] | None, worker_id: str, threads: int) ->
     live processes serving that queue (``workflow_workers``, this one counted
     whether its row is there or not), at least 1; the least of them. None: no
     such limit."""
-    limits = WorkflowQueue.objects.using(conf.DATABASE).filter(paused=False, concurrency__isnull=False)
-    if queues is not None:
-        limits = limits.filter(name__in=queues)
-    rows = list(limits.values_list("name", "concurrency"))
+    rows = list(_concurrency_limits(queues).values_list("name", "concurrency"))
     if not rows:
         return None
     others = list(
@@ -110,6 +113,10 @@ class RulesCache:
         self.known = Rules()
         #: ``concurrency_share`` as last read (None: no concurrency limit, or not limited).
         self.share: int | None = None
+        #: The queues served whose concurrency limit the share is of ...
+        self.limited_queues: frozenset[str] = frozenset()
+        #: ... and whether others are served too, whose runs the share does not count.
+        self.mixed = False
         self._read_at: float | None = None
 
     def current(self) -> Rules:
@@ -117,6 +124,11 @@ class RulesCache:
         if self._read_at is None or now - self._read_at >= self.interval:
             self.known = rules_of(self.queues)
             self.share = concurrency_share(self.queues, self.worker_id, self.threads) if self.known.limited else None
+            if self.share is None:
+                self.limited_queues, self.mixed = frozenset(), False
+            else:
+                self.limited_queues = frozenset(_concurrency_limits(self.queues).values_list("name", flat=True))
+                self.mixed = self.queues is None or not self.limited_queues.issuperset(self.queues)
             self._read_at = now
         return self.known
 

@@ -134,9 +134,13 @@ COMPLETE_AND_CLAIM = (
 )
 
 
+#: The limit-aware claims' parameters: the claim's, and the runs of concurrency-limited queues it may take.
+_LIMIT_AWARE_SIGNATURE = _CLAIM_SIGNATURE.replace("p_limit integer", "p_limit integer, p_limited_room integer")
+
+
 def _limit_aware(name: str, body: str) -> str:
     """A limit-aware claim's DDL, with ``sql.INDEX_PLANS_ONLY_NO_JIT``'s settings (no JIT for a long statement)."""
-    return f"\nCREATE OR REPLACE FUNCTION {name}{_CLAIM_SIGNATURE}{_SETTINGS} SET jit = off\nAS $${body}$$;"
+    return f"\nCREATE OR REPLACE FUNCTION {name}{_LIMIT_AWARE_SIGNATURE}{_SETTINGS} SET jit = off\nAS $${body}$$;"
 
 
 COMPLETE_AND_CLAIM_COUNTED = _limit_aware("orchestration_complete_and_claim_counted", COUNTED_CLAIM_BODY)
@@ -154,10 +158,11 @@ FUNCTIONS = {
 DROP = {
     "orchestration_fenced_write": "DROP FUNCTION orchestration_fenced_write(uuid, uuid, integer, text, jsonb, float8, "
     "integer, text);",
+    "orchestration_complete_and_claim": "DROP FUNCTION orchestration_complete_and_claim("
+    "text, text, text, text, text, text, text, text, text, integer);",
     **{
-        name: f"DROP FUNCTION {name}(text, text, text, text, text, text, text, text, text, integer);"
-        for name in FUNCTIONS
-        if name != "orchestration_fenced_write"
+        name: f"DROP FUNCTION {name}(text, text, text, text, text, text, text, text, text, integer, integer);"
+        for name in ("orchestration_complete_and_claim_counted", "orchestration_complete_and_claim_limited")
     },
 }
 

@@ -172,13 +172,15 @@ FROM (SELECT array_agg(id) AS ids FROM done) AS completed LEFT JOIN taken AS t O
 ORDER BY t.priority DESC, t.created_at
 """
 
-#: ``COMPLETE_AND_CLAIM`` for workers that serve a paused or limited queue (same
-#: parameters, same rows back): per served queue, its ``room`` (0 when paused;
-#: else the least of ``{limit}``, ``concurrency`` less its running runs, those
-#: completed here given back, and ``rate_limit``'s N less its claims of the last
-#: period), then its runs in claim order up to it. A queue with per-key limits
-#: takes its runs key by key (``turn``), starting after the last key served
-#: (``key_cursor``): each key as many as its own room, a saturated key none, so
+#: ``COMPLETE_AND_CLAIM`` for workers that serve a paused or limited queue (its
+#: parameters and ``%(limited_room)s``, the same rows back): per served queue, its
+#: ``room`` (0 when paused; else the least of ``{limit}``, with a concurrency limit
+#: ``%(limited_room)s`` (the process's share left, see ``worker.dispatch``) and
+#: ``concurrency`` less its running runs, those completed here given back, and
+#: ``rate_limit``'s N less its claims of the last period), then its runs in
+#: claim order up to it. A queue with per-key limits takes its runs key by key
+#: (``turn``), starting after the last key served (``key_cursor``): each key as
+#: many as its own room, a saturated key none, so
 #: it holds no other key back and its backlog is never read. Each claim of a
 #: rate-limited queue is logged in ``workflow_queue_starts`` at ``clock``, a
 #: clock read after the lock (``LOCK_QUEUES``); the log keeps one period.
@@ -209,6 +211,7 @@ WITH RECURSIVE """
 ), room AS MATERIALIZED (
     SELECT r.*, r.key_concurrency IS NOT NULL OR r.key_rate IS NOT NULL AS by_key,
         CASE WHEN r.paused THEN 0 ELSE GREATEST(0, LEAST({limit},
+            CASE WHEN r.concurrency IS NOT NULL THEN %(limited_room)s::integer END,
             CASE WHEN r.concurrency IS NOT NULL THEN r.concurrency
                 - (SELECT count(*) FROM workflows AS w WHERE w.status = 'running' AND w.queue = r.name)
                 + (SELECT count(*) FROM done WHERE done.queue = r.name) END,

@@ -12,7 +12,7 @@ from orchestration import functions
 #: The functions this migration adds.
 NAMES = ("orchestration_complete_and_claim_counted", "orchestration_complete_and_claim_limited")
 #: ``functions.fingerprint()`` of the text this migration was written for.
-FUNCTIONS_FINGERPRINT = "07513f523e6468ce"
+FUNCTIONS_FINGERPRINT = "06295521a8662e96"
 
 
 class Migration(migrations.Migration):

@@ -18,6 +18,9 @@ limit it claims ahead too, and a run waiting holds a slot like a running one
 but only up to the process's share of the limit (``flow.concurrency_share``):
 one process claiming ahead must not hold the slots the threads of the others
 would run. A thread asking is always claimed for, share or not. A process
+that also serves queues without such a limit claims ahead there as it would
+without it: the share caps only the runs its claim takes of the limited
+queues (``_limited_room``). A process
 that holds all of its share waits, while runs are short, for its other runs
 before it claims, so that one round trip swaps them all (``_gathering``): a
 completion then waits besides for about as long as those runs take, 50 ms
@@ -298,7 +301,7 @@ class Dispatcher:
             or recent >= CLAIM_AHEAD_WHILE_RUNS_UNDER
             or self.stopping.is_set()
             or not (self._executing or self._waiting)
-            or len(self.held) < share
+            or self._holding() < share
         ):
             self._gather_until = None
             return False
@@ -312,29 +315,52 @@ class Dispatcher:
             return False
         return True
 
-    def _become_claimer(self, claiming_runs: bool) -> tuple[int, list[FinishedRun], int]:
+    def _become_claimer(self, claiming_runs: bool) -> tuple[int, list[FinishedRun], int, int | None]:
         """With ``_handoff`` held and no claim in flight: take the finished runs
         to write, and count the runs to claim (one for each thread asking, less
         those waiting, and ahead up to the process's share of a concurrency
-        limit). Returns the claim's number, those runs and that count."""
+        limit). Returns the claim's number, those runs, that count, and how
+        many of them may be of the limited queues (None: all; see ``_limited_room``)."""
         self._claiming = True
         self._claims += 1
         finished, self._finished = self._finished, []
         if not claiming_runs:
-            return self._claims, finished, 0
+            return self._claims, finished, 0, None
         unserved = self._asking - len(self._waiting)
         wanted = max(0, unserved + self.claim_ahead_now())
-        share = self.rules.share
-        if share is not None:  # what the process holds once ``finished`` is completed, with what it claims
-            wanted = min(wanted, max(0, unserved, share - (len(self.held) - len(finished))))
-        return self._claims, finished, wanted
+        room = self._limited_room(unserved, finished)
+        if room is not None and not self.rules.mixed:
+            return self._claims, finished, min(wanted, room), None
+        return self._claims, finished, wanted, room
 
-    def _claim_round(self, number: int, finished: list[FinishedRun], wanted: int) -> None:
+    def _limited_room(self, unserved: int, finished: list[FinishedRun]) -> int | None:
+        """How many runs of the queues with a concurrency limit the next claim
+        may take: the process's share, less what it holds of them once
+        ``finished`` is completed, but always one for each thread asking (None:
+        no such limit). A process that serves only such queues claims no more
+        in all; one that serves others too claims ahead there as it would
+        without the limit, and its claim takes no more of them."""
+        share = self.rules.share
+        if share is None:
+            return None
+        return max(0, unserved, share - self._holding(finished))
+
+    def _holding(self, finished: list[FinishedRun] | None = None) -> int:
+        """The runs this process holds of the queues with a concurrency limit (less ``finished``'s)."""
+        limited = self.rules.limited_queues
+        if not self.rules.mixed:
+            return len(self.held) - len(finished or ())
+        held = sum(run.queue in limited for run in self.held.snapshot())
+        return held - sum(item.run.queue in limited for item in finished or ())
+
+    def _claim_round(
+        self, number: int, finished: list[FinishedRun], wanted: int, limited_room: int | None = None
+    ) -> None:
         """The claimer's round trip; then no claim is in flight, and the
         threads waiting for its end look again."""
         claimed = -1
         try:
-            claimed = self._finish_and_claim(finished, wanted)
+            claimed = self._finish_and_claim(finished, wanted, limited_room)
         finally:
             with self._handoff:
                 self._claiming = False
@@ -342,12 +368,13 @@ class Dispatcher:
                     self._last_short_claim = number
                 self._handoff.notify_all()
 
-    def _finish_and_claim(self, finished: list[FinishedRun], wanted: int) -> int:
-        """Complete ``finished``, claim up to ``wanted`` for the threads; return how many were claimed."""
+    def _finish_and_claim(self, finished: list[FinishedRun], wanted: int, limited_room: int | None = None) -> int:
+        """Complete ``finished``, claim up to ``wanted`` for the threads (up to
+        ``limited_room`` of queues with a concurrency limit); return how many were claimed."""
         try:
             rules = self.rules.current()
             runs, completed = finish_and_claim(
-                self.worker_id, self.queues, finished, wanted, rules.limited, rules.keys_or_rates
+                self.worker_id, self.queues, finished, wanted, rules.limited, rules.keys_or_rates, limited_room
             )
         except CONNECTION_ERRORS:
             with self._handoff:  # written by the next claim, or released with the rest on shutdown
@@ -361,7 +388,7 @@ class Dispatcher:
             logger.exception("worker %s: completing %d runs together failed; one by one", self.worker_id, len(finished))
             for item in finished:
                 self._complete_alone(item)
-            return self._finish_and_claim([], wanted)
+            return self._finish_and_claim([], wanted, limited_room)
         self.held.discard(*(item.run for item in finished))
         self.offer(runs)
         with self._handoff:

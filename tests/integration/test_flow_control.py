@@ -426,6 +426,25 @@ def test_dispatcher__a_thread_asking_is_claimed_for_beyond_the_share():
     assert worker.dispatcher.next_run() is not None and running("fc") == 2
 
 
+def test_dispatcher__serving_a_queue_without_a_limit_too__claims_ahead_there_beyond_the_share():
+    set_queue_limits("fc", concurrency=2)  # a share of 2 for this lone 3-thread process
+    start_workflows("fc_free", range(10))
+    worker = Worker(concurrency=3, queues=["fc", "fc_free"], poll_interval=0)
+    worker.dispatcher.note_run(Outcome.COMPLETED, 0.001)  # short runs: it claims ahead
+    assert worker.dispatcher.next_run() is not None
+    assert len(worker.dispatcher.waiting) == 3, "one for each of its threads, as without the limit"
+
+
+def test_dispatcher__serving_a_queue_without_a_limit_too__takes_no_more_of_the_limited_one_than_its_share():
+    start_workflows("fc_noop", range(10))
+    WorkflowWorkerFactory(queues=["fc"], concurrency=3)
+    set_queue_limits("fc", concurrency=4)
+    worker = Worker(concurrency=3, queues=["fc", "fc_free"], poll_interval=0)
+    worker.dispatcher.note_run(Outcome.COMPLETED, 0.001)
+    assert worker.dispatcher.next_run() is not None
+    assert running("fc") == 2, "its share, 4 x 3 of 6 threads"
+
+
 @pytest.mark.django_db(transaction=True)
 def test_dispatcher__holding_its_whole_share__completes_a_finished_run_with_its_other_runs_in_one_claim(monkeypatch):
     monkeypatch.setattr(dispatch, "CLAIM_AHEAD_WHILE_RUNS_UNDER", 10.0)  # runs of a second count as short

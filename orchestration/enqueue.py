@@ -83,7 +83,8 @@ def insert(
     ``KEY_CONFLICTS``) returns that key's run instead: ON CONFLICT waited for
     any concurrent insert of it to commit, so a later read sees it."""
     if scope is None and all(key is None for key in keys):  # only a key can be taken: every run is new
-        return _insert_rows(alias, options, time_ordered_uuids(len(keys)), inputs, keys, concurrency_keys, scope)
+        ids = time_ordered_uuids(len(keys))
+        return _insert_rows(alias, options, ids, inputs, keys, concurrency_keys, scope, keyless=True)
     for _ in range(_ROUNDS):
         ids = time_ordered_uuids(len(keys))
         rows = _insert_rows(alias, options, ids, inputs, keys, concurrency_keys, scope)
@@ -113,17 +114,17 @@ def _insert_rows(
     keys: list[str | None],
     concurrency_keys: list[str | None] | None,
     scope: str | None,
+    keyless: bool = False,
 ) -> list[Workflow]:
     """The new rows (or the run a debounced start updated): the first comes back
     whole, the others as their id and key (their input is ``inputs``, decoded
-    here), since the rows of one INSERT differ in nothing else; without any
-    key, only the first comes back, and the others are ``ids``, in their
-    order. (An input's objects come back as ``json`` reads them, equal to
+    here), since the rows of one INSERT differ in nothing else; ``keyless`` (no
+    key given, so every run is new), only the first comes back, and the others
+    are ``ids``, in their order. (An input's objects come back as ``json`` reads them, equal to
     what jsonb stores; its keys in the order they were sent.)"""
     connection = connections[alias]
     fields = Workflow._meta.concrete_fields
     own = OWN_COLUMNS if concurrency_keys is None else (*OWN_COLUMNS, "concurrency_key")
-    keyless = scope is None and all(key is None for key in keys)
     statement = _statement(alias, tuple(options), own, scope, keyless)
     params = {
         **options,

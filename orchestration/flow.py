@@ -71,10 +71,12 @@ def rules_of(queues: list[str] | None) -> Rules:
     return Rules(limited=bool(found), keys_or_rates=any(value is not None for row in found for value in row))
 
 
-def _concurrency_limits(queues: list[str] | None) -> Any:
-    """The rows of ``queues`` (None: every queue) with a concurrency limit, not paused."""
+def _concurrency_limits(queues: list[str] | None) -> dict[str, int]:
+    """The concurrency limit of each of ``queues`` (None: every queue) that has one and is not paused."""
     limits = WorkflowQueue.objects.using(conf.DATABASE).filter(paused=False, concurrency__isnull=False)
-    return limits if queues is None else limits.filter(name__in=queues)
+    if queues is not None:
+        limits = limits.filter(name__in=queues)
+    return {name: concurrency or 0 for name, concurrency in limits.values_list("name", "concurrency")}  # not NULL
 
 
 def concurrency_share(queues: list[str] | None, worker_id: str, threads: int) -> int | None:
@@ -84,8 +86,12 @@ def concurrency_share(queues: list[str] | None, worker_id: str, threads: int) ->
     live processes serving that queue (``workflow_workers``, this one counted
     whether its row is there or not), at least 1; the least of them. None: no
     such limit."""
-    rows = list(_concurrency_limits(queues).values_list("name", "concurrency"))
-    if not rows:
+    return _share_of(_concurrency_limits(queues), worker_id, threads)
+
+
+def _share_of(limits: dict[str, int], worker_id: str, threads: int) -> int | None:
+    """``concurrency_share`` of these ``limits`` (``_concurrency_limits``)."""
+    if not limits:
         return None
     others = list(
         WorkflowWorker.objects.using(conf.DATABASE)
@@ -94,9 +100,9 @@ def concurrency_share(queues: list[str] | None, worker_id: str, threads: int) ->
         .values_list("queues", "concurrency")
     )
     shares = []
-    for name, concurrency in rows:
+    for name, concurrency in limits.items():
         serving = threads + sum(count for served, count in others if served is None or name in served)
-        shares.append(max(1, (concurrency or 0) * threads // serving))  # not NULL: filtered above
+        shares.append(max(1, concurrency * threads // serving))
     return min(shares)
 
 
@@ -123,12 +129,10 @@ class RulesCache:
         now = time.monotonic()
         if self._read_at is None or now - self._read_at >= self.interval:
             self.known = rules_of(self.queues)
-            self.share = concurrency_share(self.queues, self.worker_id, self.threads) if self.known.limited else None
-            if self.share is None:
-                self.limited_queues, self.mixed = frozenset(), False
-            else:
-                self.limited_queues = frozenset(_concurrency_limits(self.queues).values_list("name", flat=True))
-                self.mixed = self.queues is None or not self.limited_queues.issuperset(self.queues)
+            limits = _concurrency_limits(self.queues) if self.known.limited else {}
+            self.share = _share_of(limits, self.worker_id, self.threads)
+            self.limited_queues = frozenset(limits)
+            self.mixed = bool(limits) and (self.queues is None or not self.limited_queues.issuperset(self.queues))
             self._read_at = now
         return self.known
 

@@ -20,8 +20,8 @@ one process claiming ahead must not hold the slots the threads of the others
 would run. A thread asking is always claimed for, share or not. A process
 that also serves queues without such a limit claims ahead there as it would
 without it: the share caps only the runs its claim takes of the limited
-queues (``_limited_room``). A process
-that holds all of its share waits, while runs are short, for its other runs
+queues (``_limited_room``). A process that holds all of its share waits,
+while runs are short, for its other runs
 before it claims, so that one round trip swaps them all (``_gathering``): a
 completion then waits besides for about as long as those runs take, 50 ms
 at most (``CLAIM_AHEAD_WHILE_RUNS_UNDER``).

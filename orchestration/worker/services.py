@@ -70,8 +70,8 @@ class Services:
         now, not at its timeout: every ``runworkers`` would otherwise take up to
         a second longer to exit. (Other processes' listeners wake a thread for
         it, as for any probe.) A database that is down has nothing to wait on."""
-        with contextlib.suppress(DatabaseError), connections[conf.DATABASE].cursor() as cursor:
-            cursor.execute(sql.NOTIFY, [sql.NOTIFY_CHANNEL, self._probe])
+        with contextlib.suppress(DatabaseError):
+            sql.notify_new_work(conf.DATABASE, self._probe)
 
     def _watched(self, name: str, loop: Callable[[], None]) -> None:
         """Run ``loop`` on this thread's own connection; report it (from its

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import datetime
 import inspect
-import logging
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -43,7 +42,7 @@ from .validation import (
 )
 from .waits import Wait
 
-logger = logging.getLogger(__name__)
+logger = logs.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -408,8 +407,7 @@ class WorkflowContext:
 
     def _completed(self, number: int, name: str, output: Any, started: float | None) -> None:
         self._recorded[number] = RecordedStep(number, name, StepStatus.COMPLETED, output)
-        logs.info(
-            logger,
+        logger.info(
             'workflow %s (%s) step %d "%s" completed in %.3fs',
             self._run.id,
             self._run.workflow_type,

@@ -31,20 +31,20 @@ from __future__ import annotations
 
 import collections
 import json
-import logging
 import threading
 import time
 import uuid
 
 from django.db import DatabaseError
 
+from .. import logs
 from ..claims import FinishedRun, finish_and_claim
 from ..errors import CONNECTION_ERRORS, LeaseLost
 from ..flow import RulesCache
 from ..lease import Lease
 from .execution import Outcome, log_completed, record_failure
 
-logger = logging.getLogger(__name__)
+logger = logs.getLogger(__name__)
 
 #: Runs are claimed ahead of the threads only while this process's recent
 #: attempts took less than this many seconds on average, so a run claimed

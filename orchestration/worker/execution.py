@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import enum
 import json
-import logging
 import time
 import traceback
 from collections.abc import Callable
@@ -34,7 +33,7 @@ from ..lease import Lease
 from ..registry import WorkflowDefinition, get_workflow
 from ..validation import to_json_text
 
-logger = logging.getLogger(__name__)
+logger = logs.getLogger(__name__)
 
 
 class Outcome(enum.StrEnum):
@@ -141,8 +140,7 @@ def _ended(run: Lease, ctx: WorkflowContext | None, exc: BaseException, started:
 
 
 def log_completed(run: Lease, started: float) -> None:
-    logs.info(
-        logger,
+    logger.info(
         "workflow %s (%s) completed in %.3fs (attempt %d)",
         run.id,
         run.workflow_type,

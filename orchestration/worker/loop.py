@@ -23,7 +23,6 @@ import asyncio
 import concurrent.futures
 import contextvars
 import functools
-import logging
 import queue
 import threading
 import time
@@ -32,13 +31,14 @@ from typing import Any
 
 from django.db import connections
 
+from .. import logs
 from ..async_context import CANCEL_GRACE
 from ..lease import Lease, OutagePolicy
 from ..registry import async_workflow_types
 from .dispatch import Dispatcher
 from .execution import Outcome, execute_async
 
-logger = logging.getLogger(__name__)
+logger = logs.getLogger(__name__)
 
 #: Threads that run the loop's engine calls and sync step bodies (a sync step
 #: body holds one while it runs).

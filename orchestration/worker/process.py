@@ -21,7 +21,7 @@ from typing import Any
 
 from django.db import DatabaseError, connections
 
-from .. import flow, worker_rows
+from .. import flow, logs, worker_rows
 from ..conf import conf
 from ..errors import CONNECTION_ERRORS
 from ..lease import Lease, OutagePolicy
@@ -94,6 +94,10 @@ class Worker:
     def run(self) -> int:
         """Run until stopped (or, with ``burst``, until nothing is due); return
         the exit status: 0, or 1 when one of its threads died (see ``_thread_died``)."""
+        with logs.writing():  # the run lines, written by one thread (see ``logs``)
+            return self._run()
+
+    def _run(self) -> int:
         in_main_thread = threading.current_thread() is threading.main_thread()
         # Django, the apps and their modules are loaded: the cyclic garbage
         # collector need not walk them again on every pass (docs/performance.md).

@@ -1,7 +1,9 @@
-"""Settings, read lazily from ``settings.ORCHESTRATION`` on every access.
+"""Settings, read lazily from ``settings.ORCHESTRATION`` on first access.
 
-Reading on access (not at import) keeps ``override_settings`` working in tests
-and lets a project change a value without restarting Django's app loading.
+Each value is read on its first access (not at import) and kept: the worker
+reads some on every step. ``override_settings`` (and pytest-django's
+``settings``) announce a change with ``setting_changed``, which drops the kept
+values.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.conf import settings as django_settings
+from django.core.signals import setting_changed
 
 DEFAULTS: dict[str, Any] = {
     "STUCK_AFTER": 300,
@@ -41,13 +44,27 @@ DEFAULTS: dict[str, Any] = {
 
 class OrchestrationSettings:
     def __getattr__(self, name: str) -> Any:
+        """A value not read yet (kept, so that the next read finds it without this call)."""
         if name not in DEFAULTS:
             raise AttributeError(f"unknown orchestration setting {name!r}")
         user_settings = getattr(django_settings, "ORCHESTRATION", None) or {}
-        return user_settings.get(name, DEFAULTS[name])
+        value = self.__dict__[name] = user_settings.get(name, DEFAULTS[name])
+        return value
+
+    def reload(self) -> None:
+        """Forget the values read: the next access reads ``settings.ORCHESTRATION`` again."""
+        self.__dict__.clear()
 
     def user_keys(self) -> set[str]:
         return set((getattr(django_settings, "ORCHESTRATION", None) or {}).keys())
 
 
 conf = OrchestrationSettings()
+
+
+def _reload(*, setting: str, **kwargs: Any) -> None:
+    if setting == "ORCHESTRATION":
+        conf.reload()
+
+
+setting_changed.connect(_reload)

@@ -48,10 +48,14 @@ def to_json(value: Any, what: str) -> tuple[Any, str]:
     return json.loads(encoded), encoded
 
 
+#: ``json.dumps(value, allow_nan=False)``, without making an encoder a call.
+_encode = json.JSONEncoder(allow_nan=False).encode
+
+
 def to_json_text(value: Any, what: str) -> str:
     """Return ``value`` encoded as JSON that jsonb accepts, or raise naming ``what``."""
     try:
-        encoded = json.dumps(value, allow_nan=False)
+        encoded = _encode(value)
     except (TypeError, ValueError) as exc:
         raise NotJSONSerializable(f"{what} is not JSON-serialisable: {exc}") from None
     except RecursionError:

@@ -50,7 +50,11 @@ class Command(BaseCommand):
             default=None,
             help="serve this process's Prometheus metrics there",
         )
-        parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+        parser.add_argument(
+            "--log-level",
+            choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+            help="level of the orchestration logger (default: the one LOGGING gives it, else INFO)",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         queues = None
@@ -94,10 +98,15 @@ class Command(BaseCommand):
         except OSError as exc:
             raise CommandError(f"--metrics-port {port}: {exc}") from None
 
-    def _configure_logging(self, level: str) -> None:
+    def _configure_logging(self, level: str | None) -> None:
+        """A handler when the project's ``LOGGING`` gives none; the level asked
+        for, else the one ``LOGGING`` set on the ``orchestration`` logger, else INFO."""
         package_logger = logging.getLogger("orchestration")
         if not package_logger.handlers and not logging.getLogger().handlers:
             handler = logging.StreamHandler(sys.stderr)
             handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
             package_logger.addHandler(handler)
-        package_logger.setLevel(level)
+        if level is not None:
+            package_logger.setLevel(level)
+        elif package_logger.level == logging.NOTSET:
+            package_logger.setLevel(logging.INFO)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import logging
+import os
 import sys
 import threading
 import time
@@ -127,6 +128,15 @@ class LineWriter:
 _writer: LineWriter | None = None
 _writers = 0
 _writer_lock = threading.Lock()
+
+
+def _forked() -> None:
+    """In a child forked by a step, which has none of its parent's threads: lines are handled at once."""
+    global _writer, _writers, _writer_lock
+    _writer, _writers, _writer_lock = None, 0, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forked)
 
 
 @contextlib.contextmanager

@@ -4,7 +4,9 @@ worker process, handed to the handlers by one thread."""
 from __future__ import annotations
 
 import logging
+import os
 import threading
+import warnings
 
 import pytest
 
@@ -122,3 +124,23 @@ def test_two_workers_in_one_process__share_the_writer_until_the_last_leaves(reco
     assert messages(recording) == ["while both run", "while the second runs", "after both"]
     assert [thread for _, thread in recording.handled[:2]] == ["orchestration-log-writer"] * 2
     assert recording.handled[2][1] == threading.current_thread().name
+
+
+def test_in_a_child_forked_while_a_worker_runs__a_line_is_handled_at_once(tmp_path):
+    written = tmp_path / "child.log"
+    handler = logging.FileHandler(written)
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        with logs.writing(), warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)  # fork() with the writer thread running
+            child = os.fork()
+            if child == 0:
+                run_logger.info("from the child")
+                os._exit(0)
+            os.waitpid(child, 0)
+    finally:
+        logger.removeHandler(handler)
+        handler.close()
+        logger.setLevel(logging.NOTSET)
+    assert written.read_text() == "from the child\n"

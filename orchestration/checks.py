@@ -43,8 +43,8 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[Any]:
     if claim_ahead is not None and not (whole_number and claim_ahead >= 0):
         problems.append(
             Error(
-                f"ORCHESTRATION['CLAIM_AHEAD'] is {claim_ahead!r}; it must be None (one a thread) or a whole number "
-                "of 0 (never) or more.",
+                f"ORCHESTRATION['CLAIM_AHEAD'] is {claim_ahead!r}; it must be None (as many as the threads "
+                "finish in about 50 ms) or a whole number of 0 (never) or more.",
                 id="orchestration.E006",
             )
         )

@@ -9,9 +9,13 @@ the claim in flight, and a thread whose finished run awaits writing becomes
 the next claimer when none is in flight: a completion waits for one round trip
 at most, and a busy process keeps a claim in flight while its threads run.
 
-While the process's runs are short, it claims ahead: a run waits for each busy
-thread, which takes it at once when it finishes, and each round trip writes and
-claims several runs. A run claimed ahead that waited too long goes back to
+While the process's runs are short, it claims ahead: runs wait for the busy
+threads, which take one at once when they finish, and each round trip writes
+and claims several runs. By default it keeps as many waiting as its threads
+finish in about ``CLAIM_AHEAD_WHILE_RUNS_UNDER``, one to
+``MOST_CLAIMED_AHEAD_A_THREAD`` a thread: the shorter the runs, the fewer
+round trips, thread wake-ups and context switches a run costs, while a run
+claimed ahead still waits no longer than that for a thread. A run claimed ahead that waited too long goes back to
 pending for any worker (``release_waiting``). Under a queue's concurrency
 limit it claims ahead too, and a run waiting holds a slot like a running one
 (claiming nothing ahead there cost more than it saved: docs/performance.md),
@@ -50,6 +54,9 @@ logger = logs.getLogger(__name__)
 #: attempts took less than this many seconds on average, so a run claimed
 #: ahead waits about that long for a thread.
 CLAIM_AHEAD_WHILE_RUNS_UNDER = 0.05
+#: By default (``CLAIM_AHEAD`` None) a process claims ahead as many runs as its
+#: threads finish in about ``CLAIM_AHEAD_WHILE_RUNS_UNDER``, at most this many a thread.
+MOST_CLAIMED_AHEAD_A_THREAD = 8
 #: A run claimed ahead that no thread has started after this many seconds
 #: (every thread met a long run) goes back to pending for any worker.
 CLAIM_AHEAD_TIMEOUT = 1.0
@@ -93,14 +100,16 @@ class Dispatcher:
         worker_id: str,
         queues: list[str] | None,
         *,
-        claim_ahead: int,
+        claim_ahead: int | None,
         poll_interval: float,
         stopping: threading.Event,
         threads: int = 1,
     ) -> None:
         self.worker_id = worker_id
         self.queues = queues
+        #: Runs to claim ahead while runs are short; None: as many as the threads finish in about 50 ms.
         self.claim_ahead = claim_ahead
+        self.threads = threads
         self.poll_interval = poll_interval
         self.stopping = stopping
         self.held = HeldRuns()
@@ -197,11 +206,16 @@ class Dispatcher:
 
     def claim_ahead_now(self) -> int:
         """How many runs to claim besides one for each thread asking: none
-        before a run finished or while recent runs were long."""
+        before a run finished or while recent runs were long; else the
+        process's ``claim_ahead``, or by default as many as its threads finish
+        in about ``CLAIM_AHEAD_WHILE_RUNS_UNDER`` (one to
+        ``MOST_CLAIMED_AHEAD_A_THREAD`` a thread)."""
         recent = self._recent_run_seconds
         if recent is None or recent >= CLAIM_AHEAD_WHILE_RUNS_UNDER:
             return 0
-        return self.claim_ahead
+        if self.claim_ahead is not None:
+            return self.claim_ahead
+        return self.threads * min(MOST_CLAIMED_AHEAD_A_THREAD, int(CLAIM_AHEAD_WHILE_RUNS_UNDER / recent))
 
     @property
     def waiting(self) -> tuple[Lease, ...]:

@@ -72,7 +72,7 @@ class Worker:
         self.dispatcher = Dispatcher(
             self.worker_id,
             self.queues,
-            claim_ahead=self.concurrency if claim_ahead is None else claim_ahead,
+            claim_ahead=claim_ahead,
             poll_interval=conf.POLL_INTERVAL if poll_interval is None else poll_interval,
             stopping=self.stopping,
             threads=self.concurrency,

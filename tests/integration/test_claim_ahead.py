@@ -1,6 +1,7 @@
-"""Claiming ahead: while a process's runs are short, its claims keep a run
-waiting for each busy thread; long runs turn it off, and a run left waiting
-too long goes back to pending for any worker, its attempt unspent."""
+"""Claiming ahead: while a process's runs are short, its claims keep runs
+waiting for its busy threads, as many as they finish in about 50 ms (one to
+eight a thread); long runs turn it off, and a run left waiting too long goes
+back to pending for any worker, its attempt unspent."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from django.core.checks import Error
 from orchestration import claims, start_workflows, workflow
 from orchestration.checks import check_settings
 from orchestration.models import Workflow, WorkflowStatus
-from orchestration.worker import CLAIM_AHEAD_WHILE_RUNS_UNDER, Outcome, Worker
+from orchestration.worker import CLAIM_AHEAD_WHILE_RUNS_UNDER, MOST_CLAIMED_AHEAD_A_THREAD, Outcome, Worker
 from tests.support import new_work_listener
 
 pytestmark = pytest.mark.django_db
@@ -42,14 +43,26 @@ def claimed_count() -> int:
     return Workflow.objects.filter(status=WorkflowStatus.RUNNING).count()
 
 
-def test_claim__after_short_runs__keeps_a_run_waiting_for_each_thread_besides_the_one_asking():
-    start_workflows("ahead_noop", range(10))
+def test_claim__after_runs_of_a_millisecond__keeps_the_most_waiting_for_each_thread_besides_the_one_asking():
+    start_workflows("ahead_noop", range(40))
     worker = worker_after_runs_of(0.001)
     run = worker.dispatcher.next_run()
-    assert run is not None and len(worker.dispatcher.waiting) == 3 and claimed_count() == 4
+    ahead = 3 * MOST_CLAIMED_AHEAD_A_THREAD
+    assert run is not None and len(worker.dispatcher.waiting) == ahead and claimed_count() == ahead + 1
     assert {item.lease_token for item in worker.dispatcher.waiting} <= {
         run.lease_token for run in worker.dispatcher.held.snapshot()
     }  # heartbeated while they wait
+
+
+@pytest.mark.parametrize(("seconds", "a_thread"), [(0.02, 2), (0.012, 4), (0.04, 1)])
+def test_claim_ahead__by_default__is_as_many_as_the_threads_finish_in_about_50_ms(seconds, a_thread):
+    assert worker_after_runs_of(seconds).dispatcher.claim_ahead_now() == 3 * a_thread
+
+
+def test_claim_ahead_setting__a_number__is_that_many_whatever_the_runs_take(settings):
+    settings.ORCHESTRATION = {"CLAIM_AHEAD": 2}
+    assert worker_after_runs_of(0.001).dispatcher.claim_ahead_now() == 2
+    assert worker_after_runs_of(0.04).dispatcher.claim_ahead_now() == 2
 
 
 def test_claim__before_any_run_has_finished__claims_only_for_the_threads_asking():
@@ -78,7 +91,7 @@ def test_claim_ahead__stays_off_until_runs_are_short_again_on_average():
         worker.dispatcher.recent_run_seconds is not None
         and worker.dispatcher.recent_run_seconds < CLAIM_AHEAD_WHILE_RUNS_UNDER
     )
-    assert worker.dispatcher.claim_ahead_now() == 3
+    assert worker.dispatcher.claim_ahead_now() == 3 * MOST_CLAIMED_AHEAD_A_THREAD
 
 
 def test_claim_ahead_setting__zero__turns_claiming_ahead_off(settings):

@@ -432,7 +432,7 @@ def test_dispatcher__serving_a_queue_without_a_limit_too__claims_ahead_there_bey
     worker = Worker(concurrency=3, queues=["fc", "fc_free"], poll_interval=0)
     worker.dispatcher.note_run(Outcome.COMPLETED, 0.001)  # short runs: it claims ahead
     assert worker.dispatcher.next_run() is not None
-    assert len(worker.dispatcher.waiting) == 3, "one for each of its threads, as without the limit"
+    assert len(worker.dispatcher.waiting) == 9, "all the others, as without the limit: beyond its share of 2"
 
 
 def test_dispatcher__serving_a_queue_without_a_limit_too__takes_no_more_of_the_limited_one_than_its_share():

@@ -28,7 +28,7 @@ DEFAULTS: dict[str, Any] = {
     "ASYNC_CONCURRENCY": 100,
     # Runs a process keeps claimed ahead of its threads while its runs are
     # short (see worker.dispatch); None: as many as its threads finish in
-    # about 50 ms, one to eight a thread; 0: never.
+    # about 50 ms, one to four a thread; 0: never.
     "CLAIM_AHEAD": None,
     # Queue names workers may serve besides those of registered workflows
     # (for rows enqueued by plain SQL or other languages).

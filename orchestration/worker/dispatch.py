@@ -56,7 +56,7 @@ logger = logs.getLogger(__name__)
 CLAIM_AHEAD_WHILE_RUNS_UNDER = 0.05
 #: By default (``CLAIM_AHEAD`` None) a process claims ahead as many runs as its
 #: threads finish in about ``CLAIM_AHEAD_WHILE_RUNS_UNDER``, at most this many a thread.
-MOST_CLAIMED_AHEAD_A_THREAD = 8
+MOST_CLAIMED_AHEAD_A_THREAD = 4
 #: A run claimed ahead that no thread has started after this many seconds
 #: (every thread met a long run) goes back to pending for any worker.
 CLAIM_AHEAD_TIMEOUT = 1.0

@@ -40,7 +40,7 @@ class Command(BaseCommand):
             action=Bounded,
             default=None,
             help="runs kept claimed ahead of the threads while runs are short; 0: never (default: CLAIM_AHEAD, "
-            "else as many as the threads finish in about 50 ms, one to eight a thread)",
+            "else as many as the threads finish in about 50 ms, one to four a thread)",
         )
         parser.add_argument(
             "--metrics-port",

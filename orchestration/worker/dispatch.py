@@ -15,20 +15,20 @@ and claims several runs. By default it keeps as many waiting as its threads
 finish in about ``CLAIM_AHEAD_WHILE_RUNS_UNDER``, one to
 ``MOST_CLAIMED_AHEAD_A_THREAD`` a thread: the shorter the runs, the fewer
 round trips, thread wake-ups and context switches a run costs, while a run
-claimed ahead still waits no longer than that for a thread. A run claimed ahead that waited too long goes back to
-pending for any worker (``release_waiting``). Under a queue's concurrency
-limit it claims ahead too, and a run waiting holds a slot like a running one
-(claiming nothing ahead there cost more than it saved: docs/performance.md),
-but only up to the process's share of the limit (``flow.concurrency_share``):
-one process claiming ahead must not hold the slots the threads of the others
-would run. A thread asking is always claimed for, share or not. A process
-that also serves queues without such a limit claims ahead there as it would
-without it: the share caps only the runs its claim takes of the limited
-queues (``_limited_room``). A process that holds all of its share waits,
-while runs are short, for its other runs
-before it claims, so that one round trip swaps them all (``_gathering``): a
-completion then waits besides for about as long as those runs take, 50 ms
-at most (``CLAIM_AHEAD_WHILE_RUNS_UNDER``).
+claimed ahead still waits no longer than that for a thread. A run claimed
+ahead that waited too long goes back to pending for any worker
+(``release_waiting``). Under a queue's concurrency limit it claims ahead too,
+and a run waiting holds a slot like a running one (claiming nothing ahead
+there cost more than it saved: docs/performance.md), but only up to the
+process's share of the limit (``flow.concurrency_share``): one process
+claiming ahead must not hold the slots the threads of the others would run. A
+thread asking is always claimed for, share or not. A process that also serves
+queues without such a limit claims ahead there as it would without it: the
+share caps only the runs its claim takes of the limited queues
+(``_limited_room``). A process that holds all of its share waits, while runs
+are short, for its other runs before it claims, so that one round trip swaps
+them all (``_gathering``): a completion then waits besides for about as long
+as those runs take, 50 ms at most (``CLAIM_AHEAD_WHILE_RUNS_UNDER``).
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ from ..flow import RulesCache
 from ..lease import Lease
 from .execution import Outcome, log_completed, record_failure
 
-logger = logs.getLogger(__name__)
+logger = logs.RunLogger(__name__)
 
 #: Runs are claimed ahead of the threads only while this process's recent
 #: attempts took less than this many seconds on average, so a run claimed

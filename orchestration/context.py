@@ -42,7 +42,7 @@ from .validation import (
 )
 from .waits import Wait
 
-logger = logs.getLogger(__name__)
+logger = logs.RunLogger(__name__)
 
 
 @dataclass(frozen=True)

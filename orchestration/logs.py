@@ -43,7 +43,6 @@ class RunLogger:
 
     def __init__(self, name: str) -> None:
         self.logger = logging.getLogger(name)
-        self.name = name
 
     def info(self, message: str, *args: Any) -> None:
         self._log(logging.INFO, message, args)
@@ -72,10 +71,6 @@ class RunLogger:
             logger.handle(record)
         else:
             writer.put(logger, record)
-
-
-def getLogger(name: str) -> RunLogger:
-    return RunLogger(name)
 
 
 class LineWriter:

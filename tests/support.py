@@ -1,14 +1,17 @@
 """What the tests share: running workflows in the test's thread, worker
-processes on the test database, and connections of their own to it."""
+processes on the test database, connections of their own to it, and a log
+handler that keeps what it handles."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import subprocess
 import sys
 import tempfile
+import threading
 from collections.abc import Coroutine, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
@@ -24,6 +27,21 @@ from orchestration.worker import execute
 
 ROOT = Path(__file__).resolve().parent.parent
 T = TypeVar("T")
+
+
+class RecordingHandler(logging.Handler):
+    """Keeps each record it handles, with the name of the thread that handled it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.handled: list[tuple[logging.LogRecord, str]] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.handled.append((record, threading.current_thread().name))
+
+    @property
+    def records(self) -> list[logging.LogRecord]:
+        return [record for record, _ in self.handled]
 
 
 def drain(max_runs: int = 100, *, hurry_retries: bool = True) -> list[str]:

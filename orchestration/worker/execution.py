@@ -33,7 +33,7 @@ from ..lease import Lease
 from ..registry import WorkflowDefinition, get_workflow
 from ..validation import to_json_text
 
-logger = logs.getLogger(__name__)
+logger = logs.RunLogger(__name__)
 
 
 class Outcome(enum.StrEnum):

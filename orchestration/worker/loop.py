@@ -38,7 +38,7 @@ from ..registry import async_workflow_types
 from .dispatch import Dispatcher
 from .execution import Outcome, execute_async
 
-logger = logs.getLogger(__name__)
+logger = logs.RunLogger(__name__)
 
 #: Threads that run the loop's engine calls and sync step bodies (a sync step
 #: body holds one while it runs).

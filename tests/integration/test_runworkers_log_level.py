@@ -8,23 +8,16 @@ import logging
 import pytest
 from django.core.management import call_command
 
+from tests.support import RecordingHandler
+
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-class Recording(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__()
-        self.records: list[logging.LogRecord] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.records.append(record)
 
 
 @pytest.fixture
 def package_logger():
     """The ``orchestration`` logger, with a recording handler; its level restored after."""
     logger = logging.getLogger("orchestration")
-    level, handler = logger.level, Recording()
+    level, handler = logger.level, RecordingHandler()
     logger.addHandler(handler)
     try:
         yield logger, handler
@@ -33,7 +26,7 @@ def package_logger():
         logger.setLevel(level)
 
 
-def levels_logged(handler: Recording) -> set[str]:
+def levels_logged(handler: RecordingHandler) -> set[str]:
     return {record.levelname for record in handler.records}
 
 

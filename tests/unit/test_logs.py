@@ -11,25 +11,15 @@ import warnings
 import pytest
 
 from orchestration import logs
+from tests.support import RecordingHandler
 
 logger = logging.getLogger("orchestration.tests.logs")
-run_logger = logs.getLogger("orchestration.tests.logs")
-
-
-class Recording(logging.Handler):
-    """Keeps each record with the name of the thread that handled it."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.handled: list[tuple[logging.LogRecord, str]] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.handled.append((record, threading.current_thread().name))
+run_logger = logs.RunLogger("orchestration.tests.logs")
 
 
 @pytest.fixture
 def recording():
-    handler = Recording()
+    handler = RecordingHandler()
     logger.addHandler(handler)
     logger.setLevel(logging.INFO)
     try:
@@ -39,7 +29,7 @@ def recording():
         logger.setLevel(logging.NOTSET)
 
 
-def messages(handler: Recording) -> list[str]:
+def messages(handler: RecordingHandler) -> list[str]:
     return [record.getMessage() for record, _ in handler.handled]
 
 

@@ -14,7 +14,8 @@ The migrations create them from this module (``CREATE OR REPLACE``), each
 with the ``fingerprint`` of the text it creates: a change here (or to a
 statement a function is made of: ``sql.COMPLETE_AND_CLAIM``,
 ``sql.COMPLETE_AND_CLAIM_LIMITED``, ``sql.LOCK_QUEUES``,
-``counted_sql.COMPLETE_AND_CLAIM_COUNTED``) needs a new migration that runs
+``sql.TRY_LOCK_QUEUES``, ``counted_sql.COMPLETE_AND_CLAIM_COUNTED``,
+``counted_sql.HAND_OVER_COUNTED``) needs a new migration that runs
 ``create_functions`` again, or databases migrated before keep the old body; a
 test fails until the last such migration carries the current fingerprint.
 """
@@ -94,6 +95,12 @@ def _in_function(statement: str) -> str:
 CLAIM_BODY = f"\n#variable_conflict use_column\nBEGIN\n    RETURN QUERY{_in_function(sql.COMPLETE_AND_CLAIM)};\nEND\n"
 
 
+def _lock_query(statement: str) -> str:
+    """``sql.LOCK_QUEUES`` or ``sql.TRY_LOCK_QUEUES`` in a function, its lock
+    space written in and without its ``SELECT`` (for ``PERFORM`` or a subquery)."""
+    return _in_function(statement.replace("%(space)s", str(sql.QUEUE_LOCK_SPACE)).strip().removeprefix("SELECT"))
+
+
 def _locked_claim_body(statement: str) -> str:
     """A limit-aware claim's body: the advisory lock of each limited queue
     served (``sql.LOCK_QUEUES``), then ``statement``. Each statement of a
@@ -101,15 +108,40 @@ def _locked_claim_body(statement: str) -> str:
     the lock, sees every run the lock's previous holder claimed. Its
     ``statement_timestamp()`` is the call's, from before any wait for the
     lock; the rate limits' clock is ``clock_timestamp()``, read after it."""
-    lock = sql.LOCK_QUEUES.replace("%(space)s", str(sql.QUEUE_LOCK_SPACE)).strip().removeprefix("SELECT")
     return (
-        f"\n#variable_conflict use_column\nBEGIN\n    PERFORM{_in_function(lock)};\n"
+        f"\n#variable_conflict use_column\nBEGIN\n    PERFORM{_lock_query(sql.LOCK_QUEUES)};\n"
         f"    RETURN QUERY{_in_function(statement)};\nEND\n"
     )
 
 
-#: ``orchestration_complete_and_claim_counted``'s body: ``counted_sql.COMPLETE_AND_CLAIM_COUNTED`` after its lock.
-COUNTED_CLAIM_BODY = _locked_claim_body(counted_sql.COMPLETE_AND_CLAIM_COUNTED)
+def _counted_claim_body() -> str:
+    """``orchestration_complete_and_claim_counted``'s body. A claim that takes
+    no more runs of a limited queue than it completes there cannot raise its
+    running count: ``counted_sql.HAND_OVER_COUNTED`` holds it to that and
+    takes no turn on the queues' locks. One that may take more
+    (``p_limited_room``) takes its turn, ``counted_sql.COMPLETE_AND_CLAIM_COUNTED``
+    after the lock; but if it completes runs and another claim holds the turn,
+    it only hands over, rather than wait."""
+    lock, try_lock = _lock_query(sql.LOCK_QUEUES), _lock_query(sql.TRY_LOCK_QUEUES)
+    return f"""
+#variable_conflict use_column
+DECLARE
+    v_in_turn boolean := p_limited_room > cardinality(p_ids::uuid[]);
+BEGIN
+    IF v_in_turn AND cardinality(p_ids::uuid[]) > 0 THEN
+        v_in_turn := COALESCE((SELECT{try_lock}), true);
+    END IF;
+    IF v_in_turn THEN
+        PERFORM{lock};
+        RETURN QUERY{_in_function(counted_sql.COMPLETE_AND_CLAIM_COUNTED)};
+    ELSE
+        RETURN QUERY{_in_function(counted_sql.HAND_OVER_COUNTED)};
+    END IF;
+END
+"""
+
+
+COUNTED_CLAIM_BODY = _counted_claim_body()
 #: ``orchestration_complete_and_claim_limited``'s body: ``sql.COMPLETE_AND_CLAIM_LIMITED`` after its lock.
 LIMITED_CLAIM_BODY = _locked_claim_body(sql.COMPLETE_AND_CLAIM_LIMITED)
 

@@ -139,15 +139,23 @@ CLAIM = (
 )
 
 
+#: The queues served that have a limit.
+_LIMITED_QUEUES = """(%(queues)s::text[] IS NULL OR name = ANY(%(queues)s::text[]))
+  AND (concurrency IS NOT NULL OR key_concurrency IS NOT NULL
+       OR rate_limit IS NOT NULL OR key_rate_limit IS NOT NULL)"""
 #: Before a limit-aware claim, in its function (see ``functions``): the advisory
 #: lock of each limited queue served (no write, no WAL), in one order. The claims
 #: of a queue take turns, each counting in a snapshot taken once those before it
 #: committed (a count in the statement that waited would not see them).
-LOCK_QUEUES = """
+LOCK_QUEUES = f"""
 SELECT pg_advisory_xact_lock(%(space)s, hashtext(name)) FROM workflow_queues
-WHERE (%(queues)s::text[] IS NULL OR name = ANY(%(queues)s::text[]))
-  AND (concurrency IS NOT NULL OR key_concurrency IS NOT NULL OR rate_limit IS NOT NULL OR key_rate_limit IS NOT NULL)
+WHERE {_LIMITED_QUEUES}
 ORDER BY hashtext(name)
+"""
+#: ``LOCK_QUEUES``'s locks, those free taken without waiting: whether all were (NULL: none to take).
+TRY_LOCK_QUEUES = f"""
+SELECT bool_and(pg_try_advisory_xact_lock(%(space)s, hashtext(name))) FROM workflow_queues
+WHERE {_LIMITED_QUEUES}
 """
 
 #: CTE ``pending_queue`` of the limit-aware claims: with ``%(queues)s`` NULL (every

@@ -378,9 +378,19 @@ class Dispatcher:
         finally:
             with self._handoff:
                 self._claiming = False
-                if 0 <= claimed < wanted:
+                if 0 <= claimed < wanted and not self._may_have_only_handed_over(finished, wanted, limited_room):
                     self._last_short_claim = number
                 self._handoff.notify_all()
+
+    def _may_have_only_handed_over(self, finished: list[FinishedRun], wanted: int, limited_room: int | None) -> bool:
+        """Whether a claim that completed ``finished`` may have taken only as many
+        runs of its limited queues as it completed there, finding another claim
+        in their turn (``functions``, the counted claim): if so, finding less
+        than ``wanted`` does not say that nothing more is due, and a thread
+        left without a run claims again."""
+        rules = self.rules.known
+        room = wanted if limited_room is None else limited_room
+        return rules.limited and not rules.keys_or_rates and 0 < len(finished) < room
 
     def _finish_and_claim(self, finished: list[FinishedRun], wanted: int, limited_room: int | None = None) -> int:
         """Complete ``finished``, claim up to ``wanted`` for the threads (up to

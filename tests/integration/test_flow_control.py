@@ -4,17 +4,20 @@ and the command that show and change them."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
 import re
 import threading
 import time
+import uuid
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from django.contrib.admin.utils import quote
 from django.core.management import CommandError, call_command
-from django.db import connection, connections
+from django.db import OperationalError, connection, connections
 from django.db.models import F
 from django.test import override_settings
 from django.urls import reverse
@@ -40,7 +43,7 @@ from orchestration.worker import Outcome, Worker, dispatch
 from tests.acceptance.test_runworkers import wait_for
 from tests.admin_support import staff_user
 from tests.factories import WorkflowWorkerFactory
-from tests.support import drain
+from tests.support import drain, other_connection
 
 pytestmark = pytest.mark.django_db
 
@@ -197,6 +200,62 @@ def test_claim__concurrency_limit__counts_every_running_run__a_completion_in_the
     assert claim() == []
     done = [run for run in first if run.queue == "fc"][:2]
     assert len(complete_and_claim(done, 10)) == 2 and running("fc") == 3
+
+
+@contextlib.contextmanager
+def in_another_claims_turn(queue: str) -> Iterator[None]:
+    """Another connection holds ``queue``'s claim lock, as a claim in flight
+    does, while this test's claims give up a wait for it after 0.2 s."""
+    with other_connection(autocommit=False) as other:
+        other.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", [sql.QUEUE_LOCK_SPACE, queue])
+        with connection.cursor() as cursor:
+            cursor.execute("SET lock_timeout = '200ms'")
+        try:
+            yield
+        finally:
+            with connection.cursor() as cursor:
+                cursor.execute("RESET lock_timeout")
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize(
+    "completed, asked",
+    [(2, 2), (1, 3)],
+    ids=["asking-no-more-than-it-completes", "asking-more-with-room-for-more"],
+)
+def test_claim__in_another_claims_turn__one_that_completes_runs_hands_over_as_many_without_waiting(completed, asked):
+    start_workflows("fc_noop", range(10))
+    set_queue_limits("fc", concurrency=5)
+    first = claim(limit=3)
+    with in_another_claims_turn("fc"):
+        assert len(complete_and_claim(first[:completed], asked)) == completed
+    assert running("fc") == 3
+    assert len(claim(limit=5)) == 2, "its turn come, the rest of the room"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_claim__in_another_claims_turn__one_that_completes_nothing_waits_for_it():
+    start_workflows("fc_noop", range(3))
+    set_queue_limits("fc", concurrency=5)
+    with in_another_claims_turn("fc"), pytest.raises(OperationalError, match="lock timeout"):
+        claim(limit=1)
+
+
+def test_claim__a_hand_over__takes_none_while_the_queue_runs_over_a_lowered_limit():
+    start_workflows("fc_noop", range(6))
+    set_queue_limits("fc", concurrency=3)
+    first = claim(limit=3)
+    set_queue_limits("fc", concurrency=1)
+    assert complete_and_claim(first[:1], 1) == [] and complete_and_claim(first[1:2], 1) == []
+    assert len(complete_and_claim(first[2:], 1)) == 1 and running("fc") == 1
+
+
+def test_claim__a_hand_over__of_a_run_no_longer_held__takes_no_slot():
+    start_workflows("fc_noop", range(3))
+    set_queue_limits("fc", concurrency=1)
+    [run] = claim(limit=1)
+    Workflow.objects.filter(pk=run.id).update(lease_token=uuid.uuid4())  # reclaimed meanwhile: another lease
+    assert complete_and_claim([run], 1) == [] and running("fc") == 1
 
 
 def test_claim__waiting_runs_hold_no_slot():

@@ -1,9 +1,9 @@
 """LISTEN connections: whether notifications arrive on one, and the process's
 listener for the ends of awaited runs.
 
-``wait_for_result`` marks the run it waits for ``awaited``; the trigger of
-migration 0010 then NOTIFYs ``RESULT_CHANNEL`` with the run's id when it
-finishes. One thread a process (``ResultListener``) holds the LISTEN
+``wait_for_result`` marks the run it waits for ``awaited``; the triggers of
+migrations 0010 and 0015 then NOTIFY ``RESULT_CHANNEL`` with the run's id when
+it finishes or is deleted. One thread a process (``ResultListener``) holds the LISTEN
 connection for every waiter in the process, sync or async, so a thousand
 waiters cost one connection, not a thousand.
 """
@@ -27,7 +27,7 @@ from .conf import conf
 
 logger = logging.getLogger(__name__)
 
-#: Channel of an awaited run's end (the trigger of migration 0010); the payload is the run's id.
+#: Channel of an awaited run's end or delete (the triggers of migrations 0010, 0015); the payload is the run's id.
 RESULT_CHANNEL = "orchestration_result"
 #: What a waiter reads of the run it waits for (the listener reads it for them).
 ROW_COLUMNS = ("id", "status", "workflow_type", "output_data", "error_message")
@@ -135,14 +135,20 @@ class ResultListener:
                 wake(row)
 
     def _deliver(self, ids: list[str]) -> None:
-        """Read the runs of ``ids`` that someone waits for and wake their waiters with their rows."""
+        """Read the runs of ``ids`` that someone waits for and wake their waiters
+        with their rows; those of a run no longer there (deleted) read it
+        themselves, and find it gone."""
         with self._lock:
             wanted = [key for key in dict.fromkeys(ids) if key in self._waiters]
         if not wanted:
             return
         model = apps.get_model("orchestration", "Workflow")
+        missing = set(wanted)
         for row in model._default_manager.using(conf.DATABASE).filter(pk__in=wanted).values(*ROW_COLUMNS):
+            missing.discard(str(row["id"]))
             self._wake(str(row["id"]), row)
+        for key in missing:
+            self._wake(key)
 
     def _deliver_one(self, key: str) -> None:
         self._wake(key)  # during the probe: the waiter reads its run itself

@@ -89,7 +89,8 @@ def wait_for_result(workflow: Any, timeout: float | datetime.timedelta | None = 
     """Wait until run ``workflow`` (a row or its id) finishes and return its
     output; raise ``WorkflowFailed`` if it failed, ``WorkflowCancelled`` if it
     was cancelled, ``TimeoutError`` if ``timeout`` (seconds or a timedelta)
-    passes first, and ``Workflow.DoesNotExist`` if there is no such run.
+    passes first, and ``Workflow.DoesNotExist`` if there is no such run (or it
+    is deleted while waited for).
 
     Not inside ``transaction.atomic()``: a run started in it is invisible to
     workers until it commits, and the wait's mark would lock the run's row.

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 import uuid
 
 import pytest
@@ -65,6 +66,26 @@ def test_wait_for_result__is_woken_when_another_connection_cancels_the_run():
         wait_for_result(run, timeout=10)
     thread.join()
     assert Workflow.objects.get(pk=run.pk).awaited
+
+
+def test_wait_for_result__a_run_deleted_while_awaited__ends_the_wait_with_does_not_exist():
+    run = start_workflow("echo", {"n": 1})
+    thread = later(0.3, lambda: Workflow.objects.filter(pk=run.pk).delete())
+    started = time.monotonic()
+    with pytest.raises(Workflow.DoesNotExist, match=f"No workflow {run.pk} to wait for"):
+        wait_for_result(run, timeout=10)
+    thread.join()
+    assert time.monotonic() - started < 5, "woken by the delete, not by the timeout"
+
+
+def test_aget_result__a_run_deleted_while_awaited__ends_the_wait_with_does_not_exist():
+    run = start_workflow("echo", {"n": 1})
+    thread = later(0.3, lambda: Workflow.objects.filter(pk=run.pk).delete())
+    started = time.monotonic()
+    with pytest.raises(Workflow.DoesNotExist, match=f"No workflow {run.pk} to wait for"):
+        run_async(aget_result(run, timeout=10))
+    thread.join()
+    assert time.monotonic() - started < 5, "woken by the delete, not by the timeout"
 
 
 def test_wait_for_result__raises_workflow_failed_with_the_runs_error():

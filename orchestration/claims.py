@@ -80,6 +80,15 @@ def finish_and_claim(
     return _leases(row[:-1] for row in rows if row[0] is not None), completed
 
 
+def only_handed_over(rules: flow.Rules, completing: int, limit: int, limited_room: int | None) -> bool:
+    """Whether a claim that completes ``completing`` runs may have taken no
+    more runs of its limited queues than that because another claim held
+    their turn (the counted claim's function, see ``functions``): then taking
+    fewer than ``limit`` does not say that nothing more is due."""
+    room = limit if limited_room is None else limited_room
+    return rules.limited and not rules.keys_or_rates and 0 < completing < room
+
+
 #: The limit-aware claims as the worker runs them, with their lock: functions
 #: (see ``functions``), by whether a served queue has a per-key or a rate limit.
 _LIMIT_AWARE_CLAIMS = {

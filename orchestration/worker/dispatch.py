@@ -42,7 +42,7 @@ import uuid
 from django.db import DatabaseError
 
 from .. import logs
-from ..claims import FinishedRun, finish_and_claim
+from ..claims import FinishedRun, finish_and_claim, only_handed_over
 from ..errors import CONNECTION_ERRORS, LeaseLost
 from ..flow import RulesCache
 from ..lease import Lease
@@ -378,19 +378,10 @@ class Dispatcher:
         finally:
             with self._handoff:
                 self._claiming = False
-                if 0 <= claimed < wanted and not self._may_have_only_handed_over(finished, wanted, limited_room):
+                handed_over = only_handed_over(self.rules.known, len(finished), wanted, limited_room)
+                if 0 <= claimed < wanted and not handed_over:  # else a thread left without a run claims again
                     self._last_short_claim = number
                 self._handoff.notify_all()
-
-    def _may_have_only_handed_over(self, finished: list[FinishedRun], wanted: int, limited_room: int | None) -> bool:
-        """Whether a claim that completed ``finished`` may have taken only as many
-        runs of its limited queues as it completed there, finding another claim
-        in their turn (``functions``, the counted claim): if so, finding less
-        than ``wanted`` does not say that nothing more is due, and a thread
-        left without a run claims again."""
-        rules = self.rules.known
-        room = wanted if limited_room is None else limited_room
-        return rules.limited and not rules.keys_or_rates and 0 < len(finished) < room
 
     def _finish_and_claim(self, finished: list[FinishedRun], wanted: int, limited_room: int | None = None) -> int:
         """Complete ``finished``, claim up to ``wanted`` for the threads (up to

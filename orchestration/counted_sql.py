@@ -11,9 +11,9 @@ its runs up to it.
 A claim that takes no more runs of each such queue than it completes there
 (``HAND_OVER_COUNTED``) cannot raise the queue's running count, whatever the
 claims beside it do: it hands over slots, and needs no turn on the queue's
-lock (``functions``). Busy workers claim like that while runs still wait for
-their threads, so the claims of a queue whose limit does not bind rarely wait
-for each other.
+lock (``functions``). A claim that may take more tries the lock, and hands
+over that many if another claim holds it (when it completes runs), so the
+claims of busy workers seldom wait for each other.
 """
 
 from __future__ import annotations

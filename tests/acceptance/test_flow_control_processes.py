@@ -72,6 +72,15 @@ def test_concurrency_limit__processes_with_spare_threads__never_run_more_than_it
     assert not Workflow.objects.exclude(status=WorkflowStatus.COMPLETED).exists()
 
 
+def test_concurrency_limit__short_runs_claimed_ahead_and_handed_over__never_run_more_than_it(workers, sampler):
+    set_queue_limits("flow", concurrency=4)
+    start_workflows("flow_hold", [{"seconds": 0}] * 1500)
+    start(3, 4, workers)  # runs of a millisecond: claimed ahead, their slots handed over claim after claim
+    assert wait_for(lambda: all_done(1500), timeout=90, interval=0.1)
+    sampler.stop()
+    assert 0 < sampler.most_running() <= 4, f"{len(sampler.samples)} samples"
+
+
 def test_per_key_limit__never_two_runs_of_a_key_at_once__the_keys_run_side_by_side(workers, sampler):
     set_queue_limits("flow", key_concurrency=1)
     start_workflows("flow_hold", [{"seconds": 0.15, "key": key} for key in ("a", "b", "c") for _ in range(6)])

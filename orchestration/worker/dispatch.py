@@ -315,6 +315,7 @@ class Dispatcher:
             or recent >= CLAIM_AHEAD_WHILE_RUNS_UNDER
             or self.stopping.is_set()
             or not (self._executing or self._waiting)
+            or len(self.held) < share  # what it holds in all, before counting the limited queues' runs
             or self._holding() < share
         ):
             self._gather_until = None
@@ -345,7 +346,7 @@ class Dispatcher:
         room = self._limited_room(unserved, finished)
         if room is not None and not self.rules.mixed:
             return self._claims, finished, min(wanted, room), None
-        return self._claims, finished, wanted, room
+        return self._claims, finished, wanted, None if room is None else min(wanted, room)
 
     def _limited_room(self, unserved: int, finished: list[FinishedRun]) -> int | None:
         """How many runs of the queues with a concurrency limit the next claim

@@ -80,13 +80,14 @@ def finish_and_claim(
     return _leases(row[:-1] for row in rows if row[0] is not None), completed
 
 
-def only_handed_over(rules: flow.Rules, completing: int, limit: int, limited_room: int | None) -> bool:
-    """Whether a claim that completes ``completing`` runs may have taken no
-    more runs of its limited queues than that because another claim held
-    their turn (the counted claim's function, see ``functions``): then taking
-    fewer than ``limit`` does not say that nothing more is due."""
+def only_handed_over(rules: flow.Rules, finished: list[FinishedRun], limit: int, limited_room: int | None) -> bool:
+    """Whether a claim that completed ``finished`` may have taken no more runs
+    of its limited queues than that because another claim held their turn
+    (the counted claim's function, see ``functions``): then taking fewer than
+    ``limit`` does not say that nothing more is due, and a thread left without
+    a run claims again."""
     room = limit if limited_room is None else limited_room
-    return rules.limited and not rules.keys_or_rates and 0 < completing < room
+    return rules.limited and not rules.keys_or_rates and 0 < len(finished) < room
 
 
 #: The limit-aware claims as the worker runs them, with their lock: functions

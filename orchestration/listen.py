@@ -145,8 +145,9 @@ class ResultListener:
         model = apps.get_model("orchestration", "Workflow")
         missing = set(wanted)
         for row in model._default_manager.using(conf.DATABASE).filter(pk__in=wanted).values(*ROW_COLUMNS):
-            missing.discard(str(row["id"]))
-            self._wake(str(row["id"]), row)
+            key = str(row["id"])
+            missing.discard(key)
+            self._wake(key, row)
         for key in missing:
             self._wake(key)
 

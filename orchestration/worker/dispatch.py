@@ -379,8 +379,7 @@ class Dispatcher:
         finally:
             with self._handoff:
                 self._claiming = False
-                handed_over = only_handed_over(self.rules.known, len(finished), wanted, limited_room)
-                if 0 <= claimed < wanted and not handed_over:  # else a thread left without a run claims again
+                if 0 <= claimed < wanted and not only_handed_over(self.rules.known, finished, wanted, limited_room):
                     self._last_short_claim = number
                 self._handoff.notify_all()
 

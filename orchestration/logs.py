@@ -14,6 +14,17 @@ price in a worker of 4 threads (docs/performance.md). So while a worker runs
 the handlers, in the order they were made, within ``WRITE_EVERY`` seconds.
 The record is made in the thread that logs: its time, thread name and
 exception are the caller's.
+
+Handing a record to a handler is most of a line's cost: ``Logger.handle``,
+the handlers' walk, each handler's filters, lock, format, write and flush, a
+hundred-odd lines of Python a record. The writer hands a batch to the
+standard stream and file handlers (exactly ``StreamHandler`` or
+``FileHandler``, with exactly a ``Formatter``, and no filters on the handler
+or the record's logger) itself: each record formatted by the handler's own
+formatter, as ``Formatter.format`` does, and the batch's lines written with
+one ``write`` and one flush under the handler's lock. The text is the same;
+any other handler, filter or record (one with an exception or a stack) takes
+``Logger.handle``, in order.
 """
 
 from __future__ import annotations
@@ -108,16 +119,159 @@ class LineWriter:
 
     def _write(self) -> None:
         lines = self._lines
+        batch = []
         while lines:
             try:
-                logger, record = lines.popleft()
-            except IndexError:  # another thread wrote the last one
-                return
+                batch.append(lines.popleft())
+            except IndexError:  # another thread took the last one
+                break
+        if batch:
+            hand_over(batch)
+
+
+#: The handlers the writer formats and writes for itself (exactly these types:
+#: a subclass may emit otherwise).
+PLAIN_HANDLERS = (logging.StreamHandler, logging.FileHandler)
+
+
+#: The methods whose work the writer does for a plain handler: one set on an
+#: instance (a test's patch, a deployment's hook) sends its records through them.
+_LOGGER_METHODS = frozenset({"handle", "callHandlers", "filter"})
+_HANDLER_METHODS = frozenset({"handle", "filter", "emit", "format", "flush"})
+_FORMATTER_METHODS = frozenset({"format", "formatTime", "formatMessage", "usesTime"})
+
+
+def _patched(instance: object, methods: frozenset[str]) -> bool:
+    return not methods.isdisjoint(vars(instance))
+
+
+#: What ``Handler.format`` uses when a handler has no formatter.
+_DEFAULT_FORMATTER: logging.Formatter = logging._defaultFormatter  # type: ignore[attr-defined]
+
+
+class _Stream:
+    """A plain handler's lines of one batch, written together."""
+
+    __slots__ = ("handler", "last", "lines")
+
+    def __init__(self, handler: logging.StreamHandler[Any]) -> None:
+        self.handler = handler
+        self.lines: list[str] = []
+        self.last: logging.LogRecord | None = None
+
+    def write(self) -> None:
+        handler, self.lines, text = self.handler, [], "".join(self.lines)
+        with handler.lock:  # type: ignore[union-attr]  # a Handler's lock, made by createLock()
+            try:
+                handler.stream.write(text)
+                handler.flush()
+            except Exception:
+                handler.handleError(self.last)  # type: ignore[arg-type]
+
+
+def _plain_route(logger: logging.Logger, record: logging.LogRecord, streams: dict[int, _Stream]) -> list[Any] | None:
+    """The handlers ``logger.handle(record)`` would emit ``record`` to, as
+    (stream, formatter) pairs, if all are plain and nothing filters it; else None."""
+    if logger.disabled or logger.filters or type(logger) is not logging.Logger or _patched(logger, _LOGGER_METHODS):
+        return None
+    route: list[Any] = []
+    current: logging.Logger | None = logger
+    while current is not None:
+        for handler in current.handlers:
+            if record.levelno < handler.level:
+                continue
+            if type(handler) not in PLAIN_HANDLERS or handler.filters or _patched(handler, _HANDLER_METHODS):
+                return None
+            formatter = handler.formatter or _DEFAULT_FORMATTER
+            if type(formatter) is not logging.Formatter or _patched(formatter, _FORMATTER_METHODS):
+                return None
+            if handler.stream is None:  # type: ignore[attr-defined]  # a FileHandler's delayed open
+                return None
+            stream = streams.get(id(handler))
+            if stream is None:
+                stream = streams[id(handler)] = _Stream(handler)  # type: ignore[arg-type]
+            route.append((stream, formatter))
+        current = current.parent if current.propagate else None
+    return route or None  # no handler at all: logging's last resort
+
+
+def hand_over(batch: list[tuple[logging.Logger, logging.LogRecord]]) -> None:
+    """Hand each record of ``batch`` to its logger's handlers, in order: the
+    plain ones written by batch, the rest by ``Logger.handle``."""
+    streams: dict[int, _Stream] = {}
+    routes: dict[tuple[int, int], list[Any] | None] = {}
+    formatting = _Formatting()
+    for logger, record in batch:
+        route = None
+        if record.exc_info is None and record.exc_text is None and record.stack_info is None:
+            key = (id(logger), record.levelno)
+            route = routes[key] if key in routes else routes.setdefault(key, _plain_route(logger, record, streams))
+        if route is not None:
+            try:
+                lines = formatting.lines(record, route)
+            except Exception:  # a message that does not format: logging reports it, as for any line
+                route = None
+        if route is None:
+            _write_pending(streams)  # what came before goes out first
             try:
                 logger.handle(record)
             except Exception:  # a filter's error: the writer must go on for the other lines
                 if logging.raiseExceptions:
                     traceback.print_exc(file=sys.stderr)
+            continue
+        for (stream, _), line in zip(route, lines, strict=True):
+            stream.lines.append(line)
+            stream.last = record
+    _write_pending(streams)
+
+
+class _Formatting:
+    """What a batch's records share in their format: whether each formatter
+    uses the time, and the time's text for each second (``strftime`` is a
+    tenth of a line's cost, and a batch's lines fall in a second or two)."""
+
+    def __init__(self) -> None:
+        self.uses_time: dict[int, bool] = {}
+        self.seconds: dict[tuple[Any, ...], str] = {}
+
+    def lines(self, record: logging.LogRecord, route: list[Any]) -> list[str]:
+        """``record``'s line for each handler of ``route``: ``Formatter.format``'s
+        text (for a record without exception or stack) and the handler's terminator."""
+        record.message = record.getMessage()
+        lines = []
+        for stream, formatter in route:
+            timed = self.uses_time.get(id(formatter))
+            if timed is None:
+                timed = self.uses_time[id(formatter)] = formatter.usesTime()
+            if timed:
+                record.asctime = self.asctime(formatter, record)
+            lines.append(formatter.formatMessage(record) + stream.handler.terminator)
+        return lines
+
+    def asctime(self, formatter: logging.Formatter, record: logging.LogRecord) -> str:
+        """``Formatter.formatTime(record, formatter.datefmt)``, its ``strftime``
+        (and the standard converters' conversion) done once a second."""
+        converter = formatter.converter
+        if converter is time.localtime or converter is time.gmtime:  # a function of the whole second
+            key: tuple[Any, ...] = (id(formatter), int(record.created))
+            moment = None
+        else:
+            moment = converter(record.created)
+            key = (id(formatter), moment, moment.tm_zone)
+        text = self.seconds.get(key)
+        if text is None:
+            if moment is None:
+                moment = converter(record.created)
+            text = self.seconds[key] = time.strftime(formatter.datefmt or formatter.default_time_format, moment)
+        if formatter.datefmt or not formatter.default_msec_format:
+            return text
+        return formatter.default_msec_format % (text, record.msecs)
+
+
+def _write_pending(streams: dict[int, _Stream]) -> None:
+    for stream in streams.values():
+        if stream.lines:
+            stream.write()
 
 
 _writer: LineWriter | None = None

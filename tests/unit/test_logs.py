@@ -3,9 +3,13 @@ worker process, handed to the handlers by one thread."""
 
 from __future__ import annotations
 
+import io
+import itertools
 import logging
 import os
+import sys
 import threading
+import time
 import warnings
 
 import pytest
@@ -134,3 +138,184 @@ def test_in_a_child_forked_while_a_worker_runs__a_line_is_handled_at_once(tmp_pa
         handler.close()
         logger.setLevel(logging.NOTSET)
     assert written.read_text() == "from the child\n"
+
+
+# -- the writer's own hand-over to the standard handlers ---------------------------
+
+
+class CountingStream(io.StringIO):
+    """A stream that counts its writes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes = 0
+
+    def write(self, text: str) -> int:
+        self.writes += 1
+        return super().write(text)
+
+
+LOGGER_NUMBERS = itertools.count()
+
+
+def configured(name: str, make_handler) -> tuple[logging.Logger, logging.Handler]:
+    # A new logger a test: pytest adds its capture handlers to the loggers that do not propagate.
+    configured_logger = logging.getLogger(f"orchestration.tests.handover.{name}.{next(LOGGER_NUMBERS)}")
+    configured_logger.propagate = False
+    configured_logger.setLevel(logging.INFO)
+    handler = make_handler()
+    configured_logger.addHandler(handler)
+    return configured_logger, handler
+
+
+@pytest.fixture
+def handlers():
+    """``handlers(make_handler)``: two loggers configured alike, one for
+    ``Logger.handle`` and one for ``logs.hand_over``, as (logger, handler) pairs."""
+    made = []
+
+    def make(make_handler):
+        pair = [configured("standard", make_handler), configured("writer", make_handler)]
+        made.extend(pair)
+        return pair
+
+    yield make
+    for configured_logger, handler in made:
+        configured_logger.removeHandler(handler)
+        handler.close()
+
+
+LINES = [
+    (
+        logging.INFO,
+        'workflow %s (%s) step %d "%s" completed in %.3fs',
+        ("0190-abc", "benchmark", 2, "step 2", 0.000123),
+    ),
+    (logging.WARNING, "workflow %s released", ("0190-abc",)),
+    (logging.INFO, "no arguments, a literal %%", ()),
+]
+
+
+def records(lines=LINES, exc_info=None) -> list[logging.LogRecord]:
+    return [
+        logging.LogRecord("orchestration.tests.handover", level, __file__, 1, message, args, exc_info, "a_function")
+        for level, message, args in lines
+    ]
+
+
+def handed(pair, batch: list[logging.LogRecord]) -> None:
+    """``batch`` to each logger of ``pair``: by ``Logger.handle``, and by ``hand_over``."""
+    (standard_logger, _), (writer_logger, _) = pair
+    for record in batch:
+        standard_logger.handle(record)
+    logs.hand_over([(writer_logger, record) for record in batch])
+
+
+def written(pair, batch: list[logging.LogRecord] | None = None) -> tuple[str, str]:
+    """What each handler of ``pair`` wrote of ``batch``, handed to both."""
+    handed(pair, records() if batch is None else batch)
+    return pair[0][1].stream.getvalue(), pair[1][1].stream.getvalue()
+
+
+def stream_handler(fmt: str | None = None, datefmt: str | None = None, style: str = "%", **options):
+    def make() -> logging.Handler:
+        handler = logging.StreamHandler(CountingStream())
+        if fmt is not None:
+            handler.setFormatter(logging.Formatter(fmt, datefmt, style, **options))  # type: ignore[arg-type]
+        return handler
+
+    return make
+
+
+@pytest.mark.parametrize(
+    "make_handler",
+    [
+        stream_handler("%(asctime)s %(levelname)s %(name)s: %(message)s"),
+        stream_handler("%(asctime)s [%(process)d:%(threadName)s] %(module)s.%(funcName)s:%(lineno)d %(message)s"),
+        stream_handler("%(asctime)s %(message)s", datefmt="%Y-%m-%dT%H:%M:%S%z"),
+        stream_handler("{asctime} {levelname:>8} {message}", style="{"),
+        stream_handler("$asctime $levelname $message", style="$"),
+        stream_handler("%(message)s %(service)s", defaults={"service": "orders"}),
+        stream_handler(),  # no formatter: logging's default one
+    ],
+    ids=["percent", "record-fields", "datefmt", "brace", "dollar", "defaults", "no-formatter"],
+)
+def test_hand_over__a_stream_handler__writes_the_text_logger_handle_writes(handlers, make_handler):
+    standard, writer = written(handlers(make_handler))
+    assert writer == standard
+    assert len(writer.splitlines()) == len(LINES)
+
+
+def test_hand_over__a_formatter_in_utc__writes_the_text_logger_handle_writes(handlers):
+    def make() -> logging.Handler:
+        handler = stream_handler("%(asctime)s %(message)s")()
+        assert handler.formatter is not None
+        handler.formatter.converter = time.gmtime
+        return handler
+
+    standard, writer = written(handlers(make))
+    assert writer == standard
+
+
+def test_hand_over__a_file_handler__writes_the_text_logger_handle_writes(handlers, tmp_path):
+    paths = iter([tmp_path / "standard.log", tmp_path / "writer.log"])
+
+    def make() -> logging.Handler:
+        handler = logging.FileHandler(next(paths))
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+        return handler
+
+    pair = handlers(make)
+    handed(pair, records())
+    for _, handler in pair:
+        handler.flush()
+    assert (tmp_path / "writer.log").read_text() == (tmp_path / "standard.log").read_text()
+
+
+def test_hand_over__a_batch_for_a_stream_handler__is_one_write(handlers):
+    (standard_logger, standard), (writer_logger, writer) = handlers(stream_handler("%(message)s"))
+    handed([(standard_logger, standard), (writer_logger, writer)], records(LINES * 20))
+    assert (standard.stream.writes, writer.stream.writes) == (len(LINES) * 20, 1)
+    assert writer.stream.getvalue() == standard.stream.getvalue()
+
+
+def test_hand_over__a_record_with_an_exception__goes_out_in_its_place(handlers):
+    try:
+        raise ValueError("boom")
+    except ValueError:
+        [failed] = records([(logging.ERROR, "failed", ())], exc_info=sys.exc_info())
+    first, *rest = records()
+    standard, writer = written(handlers(stream_handler("%(levelname)s %(message)s")), [first, failed, *rest])
+    assert writer == standard
+    assert "ValueError: boom" in writer
+    assert writer.index("completed in") < writer.index("ERROR failed") < writer.index("released")
+
+
+def test_hand_over__a_handler_with_a_filter__writes_what_its_filter_lets_through(handlers):
+    def make() -> logging.Handler:
+        handler = stream_handler("%(message)s")()
+        handler.addFilter(lambda record: "released" not in record.getMessage())
+        return handler
+
+    standard, writer = written(handlers(make))
+    assert writer == standard
+    assert "released" not in writer
+
+
+def test_hand_over__a_handler_subclass__emits_each_record_itself(handlers):
+    class Prefixing(logging.StreamHandler):
+        def emit(self, record: logging.LogRecord) -> None:
+            self.stream.write("> " + self.format(record) + "\n")
+
+    standard, writer = written(handlers(lambda: Prefixing(CountingStream())))
+    assert writer == standard
+    assert writer.count("> ") == len(LINES)
+
+
+def test_hand_over__a_message_that_does_not_format__is_reported_and_the_others_written(handlers, capsys):
+    first, *rest = records()
+    [broken] = records([(logging.INFO, "step %d", ("not a number",))])
+    standard, writer = written(handlers(stream_handler("%(message)s")), [first, broken, *rest])
+    assert writer == standard
+    assert len(writer.splitlines()) == len(LINES)
+    assert capsys.readouterr().err.count("--- Logging error ---") == 2  # once for each logger

@@ -409,7 +409,7 @@ class WorkflowContext:
         self._recorded[number] = RecordedStep(number, name, StepStatus.COMPLETED, output)
         logger.info(
             'workflow %s (%s) step %d "%s" completed in %.3fs',
-            self._run.id,
+            self._run.id_text,
             self._run.workflow_type,
             number,
             name,

@@ -142,7 +142,7 @@ def _ended(run: Lease, ctx: WorkflowContext | None, exc: BaseException, started:
 def log_completed(run: Lease, started: float) -> None:
     logger.info(
         "workflow %s (%s) completed in %.3fs (attempt %d)",
-        run.id,
+        run.id_text,
         run.workflow_type,
         time.monotonic() - started,
         run.attempts,

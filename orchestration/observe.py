@@ -203,27 +203,45 @@ def step_report(ctx: StepContext, name: str) -> contextlib.AbstractContextManage
     number, replayed = ctx.next_step()
     if replayed:
         return None
-    return _reported(ctx, number, name, tracer, counting)
+    return _StepReport(ctx, number, name, tracer, counting)
 
 
-@contextlib.contextmanager
-def _reported(ctx: StepContext, number: int, name: str, tracer: Any, counting: Instruments | None) -> Iterator[None]:
-    started = time.monotonic()
-    outcome, error = "completed", None
-    with tracing.step_span(tracer, ctx, number, name) if tracer is not None else contextlib.nullcontext() as span:
-        try:
-            yield
-        except INTERRUPTIONS:
-            outcome = "interrupted"
-            raise
-        except BaseException as exc:
+class _StepReport:
+    """One running step's span (when traced) and its duration by outcome.
+    A class rather than a generator's context manager: it is made and held
+    once a step, and ``contextlib``'s machinery cost more than the report."""
+
+    __slots__ = ("counting", "ctx", "name", "number", "span", "span_context", "started", "tracer")
+
+    def __init__(self, ctx: StepContext, number: int, name: str, tracer: Any, counting: Instruments | None) -> None:
+        self.ctx, self.number, self.name, self.tracer, self.counting = ctx, number, name, tracer, counting
+        self.span_context: contextlib.AbstractContextManager[Any] | None = None
+        self.span: Any = None
+        self.started = 0.0
+
+    def __enter__(self) -> None:
+        self.started = time.monotonic()
+        if self.tracer is not None:
+            self.span_context = tracing.step_span(self.tracer, self.ctx, self.number, self.name)
+            self.span = self.span_context.__enter__()
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, traceback: Any) -> None:
+        if exc is None:
+            outcome, error = "completed", None
+        elif isinstance(exc, INTERRUPTIONS):
+            outcome, error = "interrupted", None
+        else:
             outcome, error = "failed", exc
-            raise
+        try:
+            if self.span is not None:
+                tracing.end(self.span, outcome, error)
+            if self.counting is not None and outcome != "interrupted":
+                self.counting.step_ended(
+                    self.ctx.queue, self.ctx.workflow_type, outcome, time.monotonic() - self.started
+                )
         finally:
-            if span is not None:
-                tracing.end(span, outcome, error)
-            if counting is not None and outcome != "interrupted":
-                counting.step_ended(ctx.queue, ctx.workflow_type, outcome, time.monotonic() - started)
+            if self.span_context is not None:
+                self.span_context.__exit__(kind, exc, traceback)
 
 
 def serve(port: int, address: str = "0.0.0.0") -> None:

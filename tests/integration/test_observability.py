@@ -122,6 +122,17 @@ def test_metrics_view__counts_retried_and_failed_attempts(client):
     assert counted("orchestration_workflows_failed_total") == failed + 1
 
 
+def test_metrics_view__counts_each_failed_run_of_a_step_by_its_outcome(client):
+    def counted(outcome: str) -> float:
+        steps = labels(queue="default", workflow_type="always_fails", outcome=outcome)
+        return scrape(client).get(("orchestration_step_duration_seconds_count", steps), 0.0)
+
+    failed, completed = counted("failed"), counted("completed")
+    start_workflow("always_fails")
+    assert drain() == ["retrying", "retrying", "failed"]
+    assert (counted("failed"), counted("completed")) == (failed + 3, completed)
+
+
 def test_metrics_view__without_prometheus_client__says_how_to_install_it(client, monkeypatch):
     monkeypatch.setitem(sys.modules, "prometheus_client", None)  # an import of it raises ImportError
     monkeypatch.setitem(sys.modules, "prometheus_client.exposition", None)

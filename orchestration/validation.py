@@ -49,7 +49,21 @@ def to_json(value: Any, what: str) -> tuple[Any, str]:
 
 
 #: ``json.dumps(value, allow_nan=False)``, without making an encoder a call.
-_encode = json.JSONEncoder(allow_nan=False).encode
+_encoder = json.JSONEncoder(allow_nan=False)
+
+
+def _encode(value: Any) -> str:
+    """``_encoder.encode(value)``; None, a bool and an int (what steps return
+    most) without the encoder's machinery, which it builds for each value
+    that is not a str."""
+    kind = type(value)
+    if value is None:
+        return "null"
+    if kind is bool:
+        return "true" if value else "false"
+    if kind is int:
+        return int.__repr__(value)  # as the encoder writes an int (and refuses one too long)
+    return _encoder.encode(value)
 
 
 def to_json_text(value: Any, what: str) -> str:

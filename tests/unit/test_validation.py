@@ -1,4 +1,5 @@
 import datetime
+import enum
 import json
 import math
 
@@ -14,6 +15,11 @@ from orchestration.validation import (
     validate_step_timeout,
 )
 
+
+class Weekday(enum.IntEnum):
+    TUESDAY = 2
+
+
 GOOD = dict(idempotency_key=None, run_after=None, queue="default", priority=0, max_retries=3)
 
 
@@ -22,7 +28,11 @@ def test_to_json_value__round_trips_like_jsonb():
 
 
 @pytest.mark.parametrize(
-    "value", [None, True, 7, 2**70, 0.1, "plain", "caf\u00e9 \U0001f600", {1: "key"}, ("a",), "\ud83d\ude00"]
+    "value",
+    [
+        *(None, True, False, 0, -7, 2**70, Weekday.TUESDAY, 0.1),
+        *("plain", "caf\u00e9 \U0001f600", "\ud83d\ude00", {1: "key"}, ("a",)),
+    ],
 )
 def test_to_json__gives_the_value_as_json_decodes_its_text_and_that_text(value):
     output, encoded = to_json(value, "x")
@@ -34,6 +44,11 @@ def test_to_json__gives_the_value_as_json_decodes_its_text_and_that_text(value):
 def test_to_json_value__names_what_is_not_json(value):
     with pytest.raises(NotJSONSerializable, match="The input of workflow 'x' is not JSON-serialisable"):
         to_json_value(value, "The input of workflow 'x'")
+
+
+def test_to_json_value__names_an_int_too_long_to_write():
+    with pytest.raises(NotJSONSerializable, match="The result of step 1 is not JSON-serialisable: Exceeds the limit"):
+        to_json_value(10**5000, "The result of step 1")
 
 
 def test_to_json_value__rejects_nul_characters():

@@ -134,7 +134,7 @@ class Lease:
     @functools.cached_property
     def id_text(self) -> str:
         """The id as the run's log lines print it, made once: ``str()`` of a
-        UUID is a fifth of what a line's message costs to format."""
+        UUID is half of what a step line's message costs to format."""
         return str(self.id)
 
     # -- reads --------------------------------------------------------------------

@@ -15,16 +15,16 @@ the handlers, in the order they were made, within ``WRITE_EVERY`` seconds.
 The record is made in the thread that logs: its time, thread name and
 exception are the caller's.
 
-Handing a record to a handler is most of a line's cost: ``Logger.handle``,
-the handlers' walk, each handler's filters, lock, format, write and flush, a
-hundred-odd lines of Python a record. The writer hands a batch to the
-standard stream and file handlers (exactly ``StreamHandler`` or
-``FileHandler``, with exactly a ``Formatter``, and no filters on the handler
-or the record's logger) itself: each record formatted by the handler's own
-formatter, as ``Formatter.format`` does, and the batch's lines written with
-one ``write`` and one flush under the handler's lock. The text is the same;
-any other handler, filter or record (one with an exception or a stack) takes
-``Logger.handle``, in order.
+Handing a record to its handlers runs about a hundred lines of Python
+(``Logger.handle``, the walk of the handlers, each handler's filters, lock,
+format, write and flush), and ``strftime`` alone is a tenth of a line's
+instructions. So the writer hands a batch to the standard stream and file
+handlers (exactly ``StreamHandler`` or ``FileHandler``, with exactly a
+``Formatter``, and no filters on the handler or the record's logger) itself:
+each record formatted by the handler's own formatter, as ``Formatter.format``
+does, and the batch's lines written with one ``write`` and one flush under
+the handler's lock. The text is the same; any other handler, filter or
+record (one with an exception or a stack) takes ``Logger.handle``, in order.
 """
 
 from __future__ import annotations

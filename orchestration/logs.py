@@ -205,7 +205,9 @@ def hand_over(batch: list[tuple[logging.Logger, logging.LogRecord]]) -> None:
         route = None
         if record.exc_info is None and record.exc_text is None and record.stack_info is None:
             key = (id(logger), record.levelno)
-            route = routes[key] if key in routes else routes.setdefault(key, _plain_route(logger, record, streams))
+            if key not in routes:
+                routes[key] = _plain_route(logger, record, streams)
+            route = routes[key]
         if route is not None:
             try:
                 lines = formatting.lines(record, route)
@@ -254,14 +256,12 @@ class _Formatting:
         converter = formatter.converter
         if converter is time.localtime or converter is time.gmtime:  # a function of the whole second
             key: tuple[Any, ...] = (id(formatter), int(record.created))
-            moment = None
         else:
             moment = converter(record.created)
             key = (id(formatter), moment, moment.tm_zone)
         text = self.seconds.get(key)
         if text is None:
-            if moment is None:
-                moment = converter(record.created)
+            moment = converter(record.created)
             text = self.seconds[key] = time.strftime(formatter.datefmt or formatter.default_time_format, moment)
         if formatter.datefmt or not formatter.default_msec_format:
             return text

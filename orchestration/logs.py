@@ -25,6 +25,11 @@ each record formatted by the handler's own formatter, as ``Formatter.format``
 does, and the batch's lines written with one ``write`` and one flush under
 the handler's lock. The text is the same; any other handler, filter or
 record (one with an exception or a stack) takes ``Logger.handle``, in order.
+
+Making a record (``LogRecord.__init__``) is a third of a line's cost, and most
+of it is the same at every line of code in a thread: the file, module,
+function, thread and process. So a thread's record of a line of code is
+copied from the first it made there, given its own message, arguments and time.
 """
 
 from __future__ import annotations
@@ -37,7 +42,7 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 #: How long the writer lets lines gather before it writes them.
@@ -73,15 +78,112 @@ class RunLogger:
         if not logger.isEnabledFor(level):
             return
         frame = sys._getframe(2)
-        code = frame.f_code
-        record = logger.makeRecord(
-            logger.name, level, code.co_filename, frame.f_lineno, message, args, exc_info, code.co_name
-        )
+        if exc_info is None:
+            record = make_record(logger, level, frame.f_code, frame.f_lineno, message, args)
+        else:
+            code = frame.f_code
+            record = logger.makeRecord(
+                logger.name, level, code.co_filename, frame.f_lineno, message, args, exc_info, code.co_name
+            )
         writer = _writer
         if writer is None:
             logger.handle(record)
         else:
             writer.put(logger, record)
+
+
+class _FirstRecords(threading.local):
+    """A thread's first record of each line of code that logged, and the facts
+    of the thread and process it was made under."""
+
+    def __init__(self) -> None:
+        self.fields: dict[tuple[Any, ...], tuple[Any, dict[str, Any]]] = {}
+        self.facts: tuple[Any, ...] = ()
+
+
+_first_records = _FirstRecords()
+_MAKE_RECORD = logging.Logger.makeRecord
+#: Whether this Python's ``LogRecord`` reads the time in nanoseconds (3.13 and later).
+_TIME_IN_NS = isinstance(logging._startTime, int)  # type: ignore[attr-defined]
+
+
+def make_record(
+    logger: logging.Logger, level: int, code: Any, lineno: int, message: str, args: tuple[Any, ...]
+) -> logging.LogRecord:
+    """``logger.makeRecord``'s record of a line logged at ``lineno`` of ``code``
+    (without an exception): a copy of the first this thread made there, with
+    its own message, arguments and time. Made in full where a record factory,
+    a ``makeRecord`` of the logger's own or a running asyncio task (the
+    record's ``taskName``) may make it otherwise."""
+    if (
+        logging.getLogRecordFactory() is not logging.LogRecord
+        or type(logger).makeRecord is not _MAKE_RECORD
+        or "makeRecord" in vars(logger)
+        or _in_a_task()
+    ):
+        return logger.makeRecord(logger.name, level, code.co_filename, lineno, message, args, None, code.co_name)
+    first = _first_records
+    facts = _record_facts()
+    if first.facts != facts:  # a thread renamed, a flag of logging's changed: start again
+        first.fields, first.facts = {}, facts
+    # By the code's id (a code object hashes its whole text); the fields keep
+    # the code, so that no other code takes its id while they are kept.
+    key = (logger, level, id(code), lineno)
+    kept = first.fields.get(key)
+    if kept is None:
+        record = logger.makeRecord(logger.name, level, code.co_filename, lineno, message, args, None, code.co_name)
+        first.fields[key] = (code, vars(record).copy())
+        return record
+    fields = kept[1].copy()
+    # A single mapping is the arguments, as LogRecord takes it: "%(key)s" formats.
+    single = len(args) == 1 and isinstance(args[0], Mapping) and args[0]
+    fields["msg"], fields["args"], fields["levelname"] = (
+        message,
+        args[0] if single else args,
+        logging.getLevelName(level),
+    )
+    _stamp(fields)
+    record = logging.LogRecord.__new__(logging.LogRecord)
+    record.__dict__ = fields
+    return record
+
+
+def _in_a_task() -> bool:
+    asyncio = sys.modules.get("asyncio")
+    return (
+        asyncio is not None
+        and getattr(logging, "logAsyncioTasks", False)
+        and asyncio.events._get_running_loop() is not None
+    )
+
+
+def _record_facts() -> tuple[Any, ...]:
+    """What a record copies of its thread and process, but the ids (a fork starts its copies again)."""
+    multiprocessing = sys.modules.get("multiprocessing")
+    process = multiprocessing.current_process().name if multiprocessing is not None else None
+    return (
+        threading.current_thread().name,
+        process,
+        logging.logThreads,
+        logging.logProcesses,
+        logging.logMultiprocessing,
+    )
+
+
+def _stamp(fields: dict[str, Any]) -> None:
+    """A record's time fields, as this Python's ``LogRecord.__init__`` sets them."""
+    if _TIME_IN_NS:
+        ns = time.time_ns()
+        created = ns / 1e9
+        msecs = (ns % 1_000_000_000) // 1_000_000 + 0.0
+        if msecs == 999.0 and int(created) != ns // 1_000_000_000:
+            msecs = 0.0
+        fields["created"], fields["msecs"] = created, msecs
+        fields["relativeCreated"] = (ns - logging._startTime) / 1e6  # type: ignore[attr-defined]
+        return
+    now = time.time()
+    fields["created"], fields["msecs"] = now, int((now - int(now)) * 1000) + 0.0
+    fields["relativeCreated"] = (now - logging._startTime) * 1000  # type: ignore[attr-defined]
 
 
 class LineWriter:
@@ -281,8 +383,9 @@ _writer_lock = threading.Lock()
 
 def _forked() -> None:
     """In a child forked by a step, which has none of its parent's threads: lines are handled at once."""
-    global _writer, _writers, _writer_lock
+    global _writer, _writers, _writer_lock, _first_records
     _writer, _writers, _writer_lock = None, 0, threading.Lock()
+    _first_records = _FirstRecords()  # the parent's process id
 
 
 os.register_at_fork(after_in_child=_forked)

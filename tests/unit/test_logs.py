@@ -120,24 +120,136 @@ def test_two_workers_in_one_process__share_the_writer_until_the_last_leaves(reco
     assert recording.handled[2][1] == threading.current_thread().name
 
 
-def test_in_a_child_forked_while_a_worker_runs__a_line_is_handled_at_once(tmp_path):
-    written = tmp_path / "child.log"
-    handler = logging.FileHandler(written)
+@pytest.fixture
+def lines_file(tmp_path):
+    """A file the test logger's INFO lines are written to, by a FileHandler."""
+    path = tmp_path / "lines.log"
+    handler = logging.FileHandler(path)
+    handler.setFormatter(logging.Formatter("%(process)d %(message)s"))
     logger.addHandler(handler)
     logger.setLevel(logging.INFO)
     try:
-        with logs.writing(), warnings.catch_warnings():
-            warnings.simplefilter("ignore", DeprecationWarning)  # fork() with the writer thread running
-            child = os.fork()
-            if child == 0:
-                run_logger.info("from the child")
-                os._exit(0)
-            os.waitpid(child, 0)
+        yield path
     finally:
         logger.removeHandler(handler)
         handler.close()
         logger.setLevel(logging.NOTSET)
-    assert written.read_text() == "from the child\n"
+
+
+def test_in_a_child_forked_while_a_worker_runs__a_line_is_handled_at_once(lines_file):
+    with logs.writing(), warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # fork() with the writer thread running
+        child = os.fork()
+        if child == 0:
+            run_logger.info("from the child")
+            os._exit(0)
+        os.waitpid(child, 0)
+    assert lines_file.read_text() == f"{child} from the child\n"
+
+
+# -- records copied from a line's first ---------------------------------------------
+
+
+def log_twice(*args) -> None:
+    """Two records from one line of code: the second is copied from the first."""
+    for _ in range(2):
+        run_logger.info(*args)
+
+
+@pytest.fixture
+def fixed_time(monkeypatch):
+    """Both clocks LogRecord may read, stopped at an instant just before a second's end."""
+    monkeypatch.setattr(time, "time", lambda: 1_700_000_000.9995)
+    monkeypatch.setattr(time, "time_ns", lambda: 1_700_000_000_999_500_000)
+
+
+def test_a_lines_second_record__has_every_field_make_record_gives(recording, fixed_time):
+    log_twice("workflow %s step %d", "abc", 2)
+    first, second = recording.records
+    code = log_twice.__code__
+    made = logger.makeRecord(
+        logger.name, logging.INFO, code.co_filename, first.lineno, "workflow %s step %d", ("abc", 2), None, "log_twice"
+    )
+    fields = vars(made)  # those the record is made with: handlers add others (the message, the time's text)
+    assert {key: vars(second)[key] for key in fields} == {key: vars(first)[key] for key in fields} == fields
+    assert second is not first and second.getMessage() == "workflow abc step 2"
+
+
+def test_a_lines_records__carry_their_own_time(recording):
+    log_twice("at a time")
+    first, second = recording.records
+    assert (second.created, second.relativeCreated) > (first.created, first.relativeCreated)
+
+
+def test_a_record_made_in_another_thread__carries_that_threads_name_and_id(recording):
+    log_twice("here")
+    thread = threading.Thread(target=log_twice, args=("there",), name="another")
+    thread.start()
+    thread.join()
+    assert [(record.threadName, record.thread) for record in recording.records[2:]] == [("another", thread.ident)] * 2
+
+
+def test_a_thread_renamed_between_two_lines__its_second_record_carries_the_new_name(recording):
+    def log_renamed() -> None:
+        for name in ("before", "after"):
+            threading.current_thread().name = name
+            run_logger.info("named")
+
+    thread = threading.Thread(target=log_renamed)
+    thread.start()
+    thread.join()
+    assert [record.threadName for record in recording.records] == ["before", "after"]
+
+
+def test_a_single_mapping_argument__formats_by_key_as_logging_does(recording):
+    log_twice("workflow %(id)s", {"id": "abc"})
+    assert [record.getMessage() for record in recording.records] == ["workflow abc"] * 2
+
+
+def test_a_record_factory_set__makes_every_record(recording):
+    standard = logging.getLogRecordFactory()
+
+    def tagged(*args, **kwargs):
+        record = standard(*args, **kwargs)
+        record.tag = "made by the factory"
+        return record
+
+    log_twice("before the factory")
+    logging.setLogRecordFactory(tagged)
+    try:
+        log_twice("with the factory")
+    finally:
+        logging.setLogRecordFactory(standard)
+    assert [getattr(record, "tag", None) for record in recording.records[2:]] == ["made by the factory"] * 2
+
+
+@pytest.mark.skipif(sys.version_info < (3, 12), reason="LogRecord.taskName is new in Python 3.12")
+def test_in_a_running_asyncio_task__each_record_names_its_task(recording):
+    import asyncio
+
+    async def in_tasks() -> None:
+        for name in ("first", "second"):
+            await asyncio.create_task(asyncio.to_thread(lambda: None), name="helper")
+            await asyncio.create_task(_log_in_a_task(), name=name)
+
+    async def _log_in_a_task() -> None:
+        run_logger.info("in a task")
+
+    asyncio.run(in_tasks())
+    assert [record.taskName for record in recording.records] == ["first", "second"]
+
+
+def test_a_record_made_in_a_forked_child__carries_the_childs_process_id(lines_file):
+    def log_process() -> None:
+        run_logger.info("process")
+
+    log_process()  # the parent's first record of the line
+    child = os.fork()
+    if child == 0:
+        log_process()
+        os._exit(0)
+    os.waitpid(child, 0)
+    assert lines_file.read_text().splitlines() == [f"{os.getpid()} process", f"{child} process"]
 
 
 # -- the writer's own hand-over to the standard handlers ---------------------------

@@ -33,6 +33,7 @@ from .models import StepStatus, Workflow, WorkflowStatus
 from .patches import Patches
 from .timeouts import Expired, call_within
 from .validation import (
+    NotJSONSerializable,
     to_json,
     to_json_value,
     to_timedelta,
@@ -154,9 +155,7 @@ class WorkflowContext:
                 result = fn(*args, **kwargs)
             else:
                 result = self._call_within(number, name, limit, fn, args, kwargs)
-            if inspect.isawaitable(result):
-                raise _awaitable_result(number, name, result, ASYNC_STEP_NEEDS_ASYNC_WORKFLOW)
-            output, encoded = to_json(result, f"The result of step {number} {name!r}")
+            output, encoded = _step_json(number, name, result)
         except ControlFlow:
             raise
         except BaseException as exc:  # KeyboardInterrupt, SystemExit ... fail the attempt like any error
@@ -431,6 +430,18 @@ ATOMIC_STEP_IS_SYNC = (
     "atomic_step runs a plain function inside transaction.atomic() (an async one cannot share it); "
     "use ctx.step for an async body"
 )
+
+
+def _step_json(number: int, name: str, result: Any) -> tuple[Any, str]:
+    """``to_json`` of a step's result; an awaitable (never JSON) is refused
+    for what it is, which is checked only then: the check costs more than a
+    small result's encoding."""
+    try:
+        return to_json(result, f"The result of step {number} {name!r}")
+    except NotJSONSerializable:
+        if inspect.isawaitable(result):
+            raise _awaitable_result(number, name, result, ASYNC_STEP_NEEDS_ASYNC_WORKFLOW) from None
+        raise
 
 
 def _awaitable_result(number: int, name: str, result: Any, advice: str) -> PermanentError:

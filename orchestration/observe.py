@@ -23,7 +23,7 @@ import functools
 import inspect
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any, Protocol, TypeVar, cast
 
 from . import tracing
@@ -135,8 +135,13 @@ def attempt(execute: F) -> F:
             if tracer is None and counting is None:
                 return await execute(run, *args, on_thread=on_thread, **kwargs)
             carrier = await on_thread(tracing.stored_context)(run.id) if tracer is not None else None
-            with _attempt_observed(tracer, counting, run, carrier) as ended:
-                return ended(await execute(run, *args, on_thread=on_thread, **kwargs))
+            report = _AttemptReport(tracer, counting, run, carrier)
+            try:
+                outcome = await execute(run, *args, on_thread=on_thread, **kwargs)
+            except BaseException as exc:
+                report.raised(exc)
+                raise
+            return report.ended(outcome)
 
         return cast(F, observed_async)
 
@@ -147,34 +152,49 @@ def attempt(execute: F) -> F:
         if tracer is None and counting is None:
             return execute(run, *args, **kwargs)
         carrier = tracing.stored_context(run.id) if tracer is not None else None
-        with _attempt_observed(tracer, counting, run, carrier) as ended:
-            return ended(execute(run, *args, **kwargs))
+        report = _AttemptReport(tracer, counting, run, carrier)
+        try:
+            outcome = execute(run, *args, **kwargs)
+        except BaseException as exc:
+            report.raised(exc)
+            raise
+        return report.ended(outcome)
 
     return cast(F, observed)
 
 
-@contextlib.contextmanager
-def _attempt_observed(tracer: Any, counting: Instruments | None, run: Any, carrier: Any) -> Iterator[Any]:
-    """Count an attempt and make its span current around it; yields
-    ``ended(outcome)``, to be called with the attempt's outcome (returned back)."""
-    started = time.monotonic()
-    outcomes: list[Any] = []
+class _AttemptReport:
+    """One attempt's count, its span (current while it runs, when traced) and
+    its duration by outcome. A class, as ``_StepReport``, made once an attempt."""
 
-    def ended(outcome: Any) -> Any:
-        outcomes.append(outcome)
+    __slots__ = ("counting", "run", "span", "span_context", "started")
+
+    def __init__(self, tracer: Any, counting: Instruments | None, run: Any, carrier: Any) -> None:
+        self.started = time.monotonic()
+        self.counting, self.run = counting, run
+        self.span_context: contextlib.AbstractContextManager[Any] | None = None
+        self.span: Any = None
+        if counting is not None:
+            counting.attempt_started(run.queue, run.workflow_type)
+        if tracer is not None:
+            self.span_context = tracing.attempt_span(tracer, run, carrier)
+            self.span = self.span_context.__enter__()
+
+    def ended(self, outcome: Any) -> Any:
+        """Report the attempt's ``outcome`` (returned back)."""
+        if self.span_context is not None:
+            tracing.end(self.span, COUNTED.get(str(outcome), str(outcome)), failed=outcome in ("failed", "retrying"))
+            self.span_context.__exit__(None, None, None)
+        if self.counting is not None:
+            run = self.run
+            self.counting.attempt_ended(run.queue, run.workflow_type, str(outcome), time.monotonic() - self.started)
         return outcome
 
-    if counting is not None:
-        counting.attempt_started(run.queue, run.workflow_type)
-    if tracer is None:
-        yield ended
-    else:
-        with tracing.attempt_span(tracer, run, carrier) as span:
-            yield ended
-            outcome = outcomes[0]
-            tracing.end(span, COUNTED.get(str(outcome), str(outcome)), failed=outcome in ("failed", "retrying"))
-    if counting is not None:
-        counting.attempt_ended(run.queue, run.workflow_type, str(outcomes[0]), time.monotonic() - started)
+    def raised(self, exc: BaseException) -> None:
+        """The attempt ended by raising (the engine's own failure, a loop that
+        closes): its span ends with the exception, and no outcome is counted."""
+        if self.span_context is not None:
+            self.span_context.__exit__(type(exc), exc, exc.__traceback__)
 
 
 def step(method: F) -> F:

@@ -46,7 +46,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 #: How long the writer lets lines gather before it writes them.
-WRITE_EVERY = 0.005
+WRITE_EVERY = 0.02
 #: Lines waiting beyond which the thread that logs writes them itself: a sink
 #: slower than the lines come slows the workers, as without the writer.
 MOST_WAITING = 10_000

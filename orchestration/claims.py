@@ -135,12 +135,36 @@ def _queue_array(queues: tuple[str, ...]) -> str | None:
 
 
 def _leases(rows: Iterable[tuple[Any, ...]]) -> list[Lease]:
+    """The claimed rows as runs, by the columns of the claim's functions (``functions``)."""
     runs = []
     now = time.monotonic()
-    for *values, fresh in rows:
-        run = Lease(**dict(zip(sql.CLAIMED_COLUMNS, values, strict=True)), fresh=fresh, claimed_at=now)
-        run.placeholder = 1 if fresh else None  # step 1, recorded running by the claim
-        if isinstance(run.input_data, str):  # Django reads jsonb as text
-            run.input_data = json.loads(run.input_data)
+    for (
+        workflow_id,
+        workflow_type,
+        input_data,
+        lease_token,
+        attempts,
+        max_retries,
+        queue,
+        parent_id,
+        deadline,
+        fresh,
+    ) in rows:
+        if isinstance(input_data, str):  # Django reads jsonb as text
+            input_data = json.loads(input_data)
+        run = Lease(
+            id=workflow_id,
+            workflow_type=workflow_type,
+            input_data=input_data,
+            lease_token=lease_token,
+            attempts=attempts,
+            max_retries=max_retries,
+            queue=queue,
+            parent_id=parent_id,
+            deadline=deadline,
+            fresh=fresh,
+            placeholder=1 if fresh else None,  # step 1, recorded running by the claim
+            claimed_at=now,
+        )
         runs.append(run)
     return runs

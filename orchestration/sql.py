@@ -32,10 +32,6 @@ LISTEN = f"LISTEN {NOTIFY_CHANNEL}"
 NOTIFY = "SELECT pg_notify(%s, %s)"
 TRY_RECLAIM_LOCK = "SELECT pg_try_advisory_xact_lock(%s)"
 
-#: The columns the claim returns, in the order of ``lease.Lease``'s fields.
-CLAIMED_COLUMNS = ("id", "workflow_type", "input_data", "lease_token", "attempts", "max_retries", "queue",
-                   "parent_id", "deadline")  # fmt: skip
-
 #: The completions of ``COMPLETE_AND_CLAIM(_LIMITED)``: CTEs ``done`` (the runs
 #: completed) and ``checkpoint`` (their last steps' checkpoints).
 COMPLETIONS = """done AS (

@@ -42,6 +42,7 @@ import sys
 import threading
 import time
 import traceback
+from asyncio.events import _get_running_loop
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -96,13 +97,16 @@ class _FirstRecords(threading.local):
     """A thread's first record of each line of code that logged, and the facts
     of the thread and process it was made under."""
 
-    def __init__(self) -> None:
+    def __init__(self) -> None:  # in each thread, at its first use there
+        self.thread = threading.current_thread()
         self.fields: dict[tuple[Any, ...], tuple[Any, dict[str, Any]]] = {}
         self.facts: tuple[Any, ...] = ()
 
 
 _first_records = _FirstRecords()
 _MAKE_RECORD = logging.Logger.makeRecord
+#: Whether this Python's ``LogRecord`` names the asyncio task (3.12 and later).
+_TASK_NAMES = hasattr(logging, "logAsyncioTasks")
 #: Whether this Python's ``LogRecord`` reads the time in nanoseconds (3.13 and later).
 _TIME_IN_NS = isinstance(logging._startTime, int)  # type: ignore[attr-defined]
 
@@ -119,11 +123,18 @@ def make_record(
         logging.getLogRecordFactory() is not logging.LogRecord
         or type(logger).makeRecord is not _MAKE_RECORD
         or "makeRecord" in vars(logger)
-        or _in_a_task()
+        or (_TASK_NAMES and logging.logAsyncioTasks and _get_running_loop() is not None)  # type: ignore[attr-defined,unused-ignore]
     ):
         return logger.makeRecord(logger.name, level, code.co_filename, lineno, message, args, None, code.co_name)
     first = _first_records
-    facts = _record_facts()
+    multiprocessing = sys.modules.get("multiprocessing")
+    facts = (
+        first.thread.name,
+        multiprocessing.current_process().name if multiprocessing is not None else None,
+        logging.logThreads,
+        logging.logProcesses,
+        logging.logMultiprocessing,
+    )
     if first.facts != facts:  # a thread renamed, a flag of logging's changed: start again
         first.fields, first.facts = {}, facts
     # By the code's id (a code object hashes its whole text); the fields keep
@@ -142,48 +153,20 @@ def make_record(
         args[0] if single else args,
         logging.getLevelName(level),
     )
-    _stamp(fields)
+    # The time fields, as this Python's LogRecord.__init__ sets them.
+    if _TIME_IN_NS:
+        ns = time.time_ns()
+        created = fields["created"] = ns / 1e9
+        msecs = (ns % 1_000_000_000) // 1_000_000 + 0.0
+        fields["msecs"] = 0.0 if msecs == 999.0 and int(created) != ns // 1_000_000_000 else msecs
+        fields["relativeCreated"] = (ns - logging._startTime) / 1e6  # type: ignore[attr-defined]
+    else:
+        now = fields["created"] = time.time()
+        fields["msecs"] = int((now - int(now)) * 1000) + 0.0
+        fields["relativeCreated"] = (now - logging._startTime) * 1000  # type: ignore[attr-defined]
     record = logging.LogRecord.__new__(logging.LogRecord)
     record.__dict__ = fields
     return record
-
-
-def _in_a_task() -> bool:
-    asyncio = sys.modules.get("asyncio")
-    return (
-        asyncio is not None
-        and getattr(logging, "logAsyncioTasks", False)
-        and asyncio.events._get_running_loop() is not None
-    )
-
-
-def _record_facts() -> tuple[Any, ...]:
-    """What a record copies of its thread and process, but the ids (a fork starts its copies again)."""
-    multiprocessing = sys.modules.get("multiprocessing")
-    process = multiprocessing.current_process().name if multiprocessing is not None else None
-    return (
-        threading.current_thread().name,
-        process,
-        logging.logThreads,
-        logging.logProcesses,
-        logging.logMultiprocessing,
-    )
-
-
-def _stamp(fields: dict[str, Any]) -> None:
-    """A record's time fields, as this Python's ``LogRecord.__init__`` sets them."""
-    if _TIME_IN_NS:
-        ns = time.time_ns()
-        created = ns / 1e9
-        msecs = (ns % 1_000_000_000) // 1_000_000 + 0.0
-        if msecs == 999.0 and int(created) != ns // 1_000_000_000:
-            msecs = 0.0
-        fields["created"], fields["msecs"] = created, msecs
-        fields["relativeCreated"] = (ns - logging._startTime) / 1e6  # type: ignore[attr-defined]
-        return
-    now = time.time()
-    fields["created"], fields["msecs"] = now, int((now - int(now)) * 1000) + 0.0
-    fields["relativeCreated"] = (now - logging._startTime) * 1000  # type: ignore[attr-defined]
 
 
 class LineWriter:

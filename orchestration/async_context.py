@@ -168,7 +168,7 @@ class AsyncWorkflowContext(WorkflowContext):
         started = time.monotonic()
         try:
             result = await self._within(number, name, limit, fn(*args, **kwargs))
-            output, encoded = to_json(result, f"The result of step {number} {name!r}")
+            output, encoded = to_json(result, lambda: f"The result of step {number} {name!r}")
         except ControlFlow:
             raise
         except BaseException as exc:

@@ -183,7 +183,7 @@ class WorkflowContext:
                 result = fn(*args, **kwargs)
                 if inspect.isawaitable(result):
                     raise _awaitable_result(number, name, result, ATOMIC_STEP_IS_SYNC)
-                output = to_json_value(result, f"The result of step {number} {name!r}")
+                output = to_json_value(result, lambda: f"The result of step {number} {name!r}")
                 # The fence comes last, so the workflow row is locked only for
                 # the commit: a lost lease rolls the step's own writes back too.
                 run.complete_step(number, output)
@@ -437,7 +437,7 @@ def _step_json(number: int, name: str, result: Any) -> tuple[Any, str]:
     for what it is, which is checked only then: the check costs more than a
     small result's encoding."""
     try:
-        return to_json(result, f"The result of step {number} {name!r}")
+        return to_json(result, lambda: f"The result of step {number} {name!r}")
     except NotJSONSerializable:
         if inspect.isawaitable(result):
             raise _awaitable_result(number, name, result, ASYNC_STEP_NEEDS_ASYNC_WORKFLOW) from None

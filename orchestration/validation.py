@@ -11,6 +11,7 @@ import datetime
 import json
 import math
 import re
+from collections.abc import Callable
 from typing import Any
 
 from django.utils import timezone
@@ -28,16 +29,25 @@ class NotJSONSerializable(InvalidWorkflowInput, TypeError):
     """The value cannot be stored as JSON."""
 
 
+#: What a check's error names: its text, or a function that makes it, called
+#: only for the error (a step's checks would otherwise format it at every step).
+Described = str | Callable[[], str]
+
+
+def _named(what: Described) -> str:
+    return what if isinstance(what, str) else what()
+
+
 #: The types whose values JSON reads back as themselves (a str unless it holds surrogates, see ``to_json``).
 _SELF_DECODING = frozenset({type(None), bool, int, float, str})
 
 
-def to_json_value(value: Any, what: str) -> Any:
+def to_json_value(value: Any, what: Described) -> Any:
     """Return ``value`` as it will read back from jsonb, or raise naming ``what``."""
     return to_json(value, what)[0]
 
 
-def to_json(value: Any, what: str) -> tuple[Any, str]:
+def to_json(value: Any, what: Described) -> tuple[Any, str]:
     """Return ``value`` as it will read back from jsonb, and as the JSON text
     written (so that it is encoded once), or raise naming ``what``. A scalar is
     not decoded again: it reads back as itself, but a str with a surrogate
@@ -66,25 +76,25 @@ def _encode(value: Any) -> str:
     return _encoder.encode(value)
 
 
-def to_json_text(value: Any, what: str) -> str:
+def to_json_text(value: Any, what: Described) -> str:
     """Return ``value`` encoded as JSON that jsonb accepts, or raise naming ``what``."""
     try:
         encoded = _encode(value)
     except (TypeError, ValueError) as exc:
-        raise NotJSONSerializable(f"{what} is not JSON-serialisable: {exc}") from None
+        raise NotJSONSerializable(f"{_named(what)} is not JSON-serialisable: {exc}") from None
     except RecursionError:
-        raise NotJSONSerializable(f"{what} is nested too deeply to be encoded as JSON.") from None
+        raise NotJSONSerializable(f"{_named(what)} is nested too deeply to be encoded as JSON.") from None
     if "\\u0000" in encoded:
-        raise NotJSONSerializable(f"{what} contains a NUL character, which PostgreSQL's jsonb cannot store.")
+        raise NotJSONSerializable(f"{_named(what)} contains a NUL character, which PostgreSQL's jsonb cannot store.")
     if "\\ud" in encoded and not _pairs_surrogates(encoded):
         raise NotJSONSerializable(
-            f"{what} contains a lone surrogate (half of a UTF-16 pair, such as '\\ud800'), "
+            f"{_named(what)} contains a lone surrogate (half of a UTF-16 pair, such as '\\ud800'), "
             "which is not Unicode text and which PostgreSQL's jsonb cannot store."
         )
     limit = conf.MAX_PAYLOAD_BYTES
     if len(encoded) > limit:
         raise InvalidWorkflowInput(
-            f"{what} is {len(encoded)} bytes as JSON, over the {limit}-byte limit "
+            f"{_named(what)} is {len(encoded)} bytes as JSON, over the {limit}-byte limit "
             "(ORCHESTRATION['MAX_PAYLOAD_BYTES']); store large data elsewhere and pass a reference."
         )
     return encoded
@@ -104,13 +114,13 @@ def _encodable(text: str) -> bool:
     return True
 
 
-def check_text(text: str, what: str) -> None:
+def check_text(text: str, what: Described) -> None:
     """Raise naming ``what`` when ``text`` holds what PostgreSQL cannot store in a
     text column: a NUL character, or a lone surrogate (which is not Unicode)."""
     if "\x00" in text:
-        raise InvalidWorkflowInput(f"{what} contains a NUL character, which PostgreSQL cannot store.")
+        raise InvalidWorkflowInput(f"{_named(what)} contains a NUL character, which PostgreSQL cannot store.")
     if not text.isascii() and not _encodable(text):
-        raise InvalidWorkflowInput(f"{what} contains a lone surrogate, which is not Unicode text.")
+        raise InvalidWorkflowInput(f"{_named(what)} contains a lone surrogate, which is not Unicode text.")
 
 
 #: Characters kept of a stored error message (its start) and of a traceback (its end).
@@ -188,7 +198,7 @@ def validate_options(
 def validate_step_name(name: Any) -> None:
     if not isinstance(name, str) or not name:
         raise InvalidWorkflowInput(f"A step name must be a non-empty string, not {name!r}.")
-    check_text(name, f"Step name {name[:40]!r}")
+    check_text(name, lambda: f"Step name {name[:40]!r}")
     if len(name) > STEP_NAME_MAX_LENGTH:
         raise InvalidWorkflowInput(f"Step name {name[:40]!r}... is longer than {STEP_NAME_MAX_LENGTH} characters.")
 

@@ -115,7 +115,7 @@ def _prepare(
 
 def _returned(run: Lease, result: Any, started: float, finish_later: Callable[[FinishedRun], None] | None) -> Outcome:
     """Complete a run whose function returned ``result`` (or hand it to ``finish_later``)."""
-    encoded = to_json_text(result, f"The return value of workflow {run.workflow_type!r}")
+    encoded = to_json_text(result, lambda: f"The return value of workflow {run.workflow_type!r}")
     if finish_later is not None and run.parent_id is None and run.placeholder is None:
         finish_later(FinishedRun(run, encoded, started))
         return Outcome.FINISHING

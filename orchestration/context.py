@@ -327,8 +327,7 @@ class WorkflowContext:
         default: datetime.datetime | None,
         extra: dict[str, Any] | None = None,
     ) -> datetime.datetime | None:
-        """The wait's recorded limit (``key`` in its details); records the wait
-        with ``default`` as the limit the first time."""
+        """The wait's recorded limit (``key`` in its details); the first time, ``default``, recorded."""
         details = recorded.output if recorded is not None and isinstance(recorded.output, dict) else None
         if details is not None and (key is None or key in details):
             value = details.get(key) if key else None
@@ -433,9 +432,8 @@ ATOMIC_STEP_IS_SYNC = (
 
 
 def _step_json(number: int, name: str, result: Any) -> tuple[Any, str]:
-    """``to_json`` of a step's result; an awaitable (never JSON) is refused
-    for what it is, which is checked only then: the check costs more than a
-    small result's encoding."""
+    """``to_json`` of a step's result; an awaitable is refused for what it is,
+    checked only then (the check costs more than a small result's encoding)."""
     try:
         return to_json(result, lambda: f"The result of step {number} {name!r}")
     except NotJSONSerializable:
@@ -445,8 +443,7 @@ def _step_json(number: int, name: str, result: Any) -> tuple[Any, str]:
 
 
 def _awaitable_result(number: int, name: str, result: Any, advice: str) -> PermanentError:
-    """An ``async def`` body where a plain function is run: retrying cannot
-    help, and "not JSON" would hide the cause."""
+    """An ``async def`` body run as a plain function: a retry cannot help, "not JSON" would hide why."""
     if inspect.iscoroutine(result):
         result.close()  # never awaited: no "coroutine was never awaited" warning
     return PermanentError(f"Step {number} {name!r} returned an awaitable: {advice}")

@@ -41,6 +41,23 @@ from .validation import ERROR_MESSAGE_MAX_LENGTH, TRACEBACK_MAX_LENGTH, storable
 T = TypeVar("T")
 
 
+class Flag:
+    """``threading.Event``'s ``set`` and ``is_set``, for a flag that threads
+    look at but never wait on: making an Event (its Condition and lock) is
+    about a twentieth of a one-step workflow's Python (docs/performance.md)."""
+
+    __slots__ = ("_set",)
+
+    def __init__(self) -> None:
+        self._set = False
+
+    def set(self) -> None:
+        self._set = True
+
+    def is_set(self) -> bool:
+        return self._set
+
+
 class DeferredCheckpoint(NamedTuple):
     """A completed step whose checkpoint goes with the run's next write (a
     tuple: made at every step, where a frozen dataclass costs four times as much)."""
@@ -120,7 +137,7 @@ class Lease:
     queue: str
     parent_id: uuid.UUID | None = None
     deadline: datetime.datetime | None = None
-    lost: threading.Event = field(default_factory=threading.Event)
+    lost: Flag = field(default_factory=Flag)
     #: Claimed for the first time, with no step recorded.
     fresh: bool = False
     #: A completed step whose checkpoint goes with the run's next write.

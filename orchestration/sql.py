@@ -19,6 +19,8 @@ from typing import Any
 import psycopg
 from django.db import connections
 
+from . import direct
+
 #: Channel on which ``start_workflow`` announces new work; the payload is the queue.
 NOTIFY_CHANNEL = "orchestration_new_work"
 
@@ -358,24 +360,24 @@ INDEX_PLANS_ONLY_NO_JIT = INDEX_PLANS_ONLY + ", set_config('jit', 'off', true)"
 def run(alias: str, statement: str, params: Any) -> list[tuple[Any, ...]]:
     """Execute one of the statements above and return its rows.
 
-    With server-side binding, so that psycopg prepares them once the
-    connection's ``prepare_threshold`` allows (Django's ``OPTIONS``; Django's
-    default, None, prepares nothing, as PgBouncer in transaction mode needs).
+    With server-side binding, prepared when the connection's
+    ``prepare_threshold`` is set (Django's ``OPTIONS``; Django's default,
+    None, prepares nothing, as PgBouncer in transaction mode needs).
 
     On an open connection with no ``execute_wrapper()`` and no query log, the
-    statement goes to psycopg's cursor under what Django's cursor wrapper
-    would add (its check of a broken transaction, its error classes), not
-    through the wrapper: the wrapper's layers cost an eighth of a hot
-    statement's Python (docs/performance.md).
+    statement goes beneath Django's cursor wrapper, with what it would add
+    (its check of a broken transaction, its error classes): outside a
+    transaction to the server connection itself (``direct``), inside one to
+    psycopg's cursor. Each layer skipped is Python a hot statement no longer
+    runs (docs/performance.md).
     """
     connection = connections[alias]
     if connection.connection is None or connection.execute_wrappers or connection.queries_logged:
         return _run_wrapped(connection, statement, params)
-    cursor = _reused_cursor(connection).cursor
+    statements = _statements(connection)
     connection.validate_no_broken_transaction()
     with connection.wrap_database_errors:
-        cursor.execute(statement, params)
-        return cursor.fetchall()
+        return statements.run(statement, params)
 
 
 def _run_wrapped(connection: Any, statement: str, params: Any) -> list[tuple[Any, ...]]:
@@ -387,17 +389,18 @@ def _run_wrapped(connection: Any, statement: str, params: Any) -> list[tuple[Any
         with connection.make_debug_cursor(raw) as cursor:
             cursor.execute(statement, params)
             return cursor.fetchall()
-    cursor = _reused_cursor(connection)
+    cursor = _statements(connection).cursor
     cursor.execute(statement, params)
     return cursor.fetchall()
 
 
-def _reused_cursor(connection: Any) -> Any:
-    """The cursor ``run`` executes on, made once per server connection (and
-    thread: Django's connections are the thread's own): making one is about a
+def _statements(connection: Any) -> direct.Statements:
+    """What ``run`` executes with, made once per server connection (and thread:
+    Django's connections are the thread's own): making a cursor is about a
     fifth of a short statement's Python (docs/performance.md)."""
-    made = connection.__dict__.get("_orchestration_cursor")
-    if made is None or made[0] is not connection.connection:
-        made = (connection.connection, connection.make_cursor(psycopg.Cursor(connection.connection)))
-        connection._orchestration_cursor = made
-    return made[1]
+    made = connection.__dict__.get("_orchestration_statements")
+    if made is None or made.connection is not connection.connection:
+        server = connection.connection
+        made = direct.Statements(server, connection.make_cursor(psycopg.Cursor(server)))
+        connection._orchestration_statements = made
+    return made

@@ -22,9 +22,12 @@ import math
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.db import connections
+
+if TYPE_CHECKING:
+    from .lease import Flag
 
 logger = logging.getLogger(__name__)
 
@@ -85,7 +88,7 @@ def call_within(
     *,
     timeout: float | None,
     deadline: float | None,
-    lost: threading.Event,
+    lost: Flag,
     thread_name: str,
 ) -> Any:
     """Return ``fn(*args, **kwargs)``, run in a thread of its own. Stop waiting

@@ -43,8 +43,8 @@ T = TypeVar("T")
 
 class Flag:
     """``threading.Event``'s ``set`` and ``is_set``, for a flag that threads
-    look at but never wait on: making an Event (its Condition and lock) is
-    about a twentieth of a one-step workflow's Python (docs/performance.md)."""
+    look at but never wait on: an Event makes a Condition and a lock, at every
+    claimed run (docs/performance.md, "Tenth pass")."""
 
     __slots__ = ("_set",)
 

@@ -90,17 +90,11 @@ class Statements:
         return result
 
 
-def _encoding(pgconn: pq.abc.PGconn) -> str:
-    """The Python codec of the connection's ``client_encoding``."""
-    name = pgconn.parameter_status(b"client_encoding")
-    return psycopg.ConnectionInfo(pgconn).encoding if name else "utf-8"
-
-
 def _check(pgconn: pq.abc.PGconn, result: pq.abc.PGresult) -> None:
     """Raise what psycopg's cursor raises for a failed ``result``."""
     if result.status in _RESULTS:
         return
-    encoding = _encoding(pgconn)
+    encoding = psycopg.ConnectionInfo(pgconn).encoding  # its fallback too, where the server named none
     if pgconn.status == pq.ConnStatus.BAD:
         raise psycopg.OperationalError(result.get_error_message(encoding) or "the server connection was lost")
     raise errors.error_from_result(result, encoding=encoding)

@@ -7,12 +7,19 @@ claims, writes one step row and completes in three statements, as the smallest
 durable shape of a job with a checkpoint. No Django, no ORM, prepared
 statements after a few runs (psycopg's default): every figure of the benchmark
 is reported as a ratio of these.
+
+The wake-up floor does for the enqueue-to-start latency what the loops do for
+the rates: one statement inserts a job and notifies, and a process per worker
+process, listening, claims it on the notification, so the figure holds only
+what an idle machine costs (the processes, and the server's backends, waking)
+and none of the engine's code.
 """
 
 from __future__ import annotations
 
 import multiprocessing
 import threading
+import time
 from typing import Any
 
 import psycopg
@@ -48,6 +55,24 @@ STEADY_RATE = (
     "percentile_disc(0.05) WITHIN GROUP (ORDER BY finished_at)), 0)::float8 "
     "FROM {table} WHERE {where}"
 )
+
+
+WAKE_CHANNEL = "bench_limit_wake"
+WAKE_SETUP = (
+    "DROP TABLE IF EXISTS bench_limit_wakes",
+    "CREATE TABLE bench_limit_wakes (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, "
+    "state text NOT NULL DEFAULT 'pending', created_at timestamptz NOT NULL DEFAULT now(), started_at timestamptz)",
+    "CREATE INDEX bench_limit_wakes_pending ON bench_limit_wakes (id) WHERE state = 'pending'",
+)
+WAKE_ENQUEUE = (
+    "WITH job AS (INSERT INTO bench_limit_wakes DEFAULT VALUES RETURNING id) "
+    f"SELECT pg_notify('{WAKE_CHANNEL}', '') FROM job"
+)
+WAKE_CLAIM = (
+    "UPDATE bench_limit_wakes SET state = 'running', started_at = now() WHERE id = ("
+    "SELECT id FROM bench_limit_wakes WHERE state = 'pending' ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED) RETURNING id"
+)
+WAKE_STOP = "stop"
 
 
 def prepare(conninfo: str, jobs: int) -> None:
@@ -106,3 +131,56 @@ def measure(conninfo: str, *, jobs: int, processes: int, threads: int, variant: 
     if any(child.exitcode for child in children) or done != jobs or not rate:
         raise RuntimeError(f"the limit loop finished {done} of {jobs} jobs")
     return float(rate)
+
+
+def _listen(conninfo: str, ready: Any) -> None:
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        conn.execute(f"LISTEN {WAKE_CHANNEL}")
+        ready.wait()
+        while True:
+            # Out of the generator before the claim: it holds the connection while it waits.
+            if any(notice.payload == WAKE_STOP for notice in conn.notifies(stop_after=1)):
+                return
+            while conn.execute(WAKE_CLAIM).fetchone() is not None:
+                pass
+
+
+def wake_latencies(conninfo: str, *, samples: int, processes: int) -> list[float]:
+    """Milliseconds from each job's insert to its claim (both the server's
+    ``now()``, as the engine's figure reads ``created_at`` and ``started_at``),
+    with ``processes`` idle listeners and the enqueues paced as the engine's are."""
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        for statement in WAKE_SETUP:
+            conn.execute(statement)
+        context = multiprocessing.get_context("spawn")
+        ready = context.Barrier(processes + 1)
+        children = [context.Process(target=_listen, args=(conninfo, ready)) for _ in range(processes)]
+        for child in children:
+            child.start()
+        try:
+            ready.wait()
+            for n in range(samples):
+                conn.execute(WAKE_ENQUEUE)
+                time.sleep(idle_between_enqueues(n))
+        finally:
+            for _ in children:
+                conn.execute("SELECT pg_notify(%s, %s)", [WAKE_CHANNEL, WAKE_STOP])
+            for child in children:
+                child.join()
+        latencies = [
+            row[0]
+            for row in conn.execute(
+                "SELECT extract(epoch FROM started_at - created_at)::float8 * 1000 FROM bench_limit_wakes"
+                " WHERE started_at IS NOT NULL"
+            )
+        ]
+        conn.execute("DROP TABLE bench_limit_wakes")
+    if any(child.exitcode for child in children) or len(latencies) != samples:
+        raise RuntimeError(f"the wake-up floor claimed {len(latencies)} of {samples} jobs")
+    return latencies
+
+
+def idle_between_enqueues(n: int) -> float:
+    """Seconds between two enqueues of the latency figures: the workers idle
+    again, woken at varied phases of their poll."""
+    return 0.015 + (n % 7) / 1000

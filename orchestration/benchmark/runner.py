@@ -350,7 +350,7 @@ class Benchmark:
         with self.empty.queue_alias():
             for n in range(samples):
                 ids.append(start_workflow(WORKFLOW_TYPE, {"steps": 1, "n": n}).pk)
-                time.sleep(0.015 + (n % 7) / 1000)  # idle again, at varied phases of their poll
+                time.sleep(limit.idle_between_enqueues(n))
         self.empty.wait_until_idle(timeout=60)
         with psycopg.connect(self.empty.conninfo()) as conn:
             latencies = [
@@ -363,14 +363,23 @@ class Benchmark:
             ]
         latencies.sort()
         p50 = statistics.median(latencies)
-        p99 = latencies[min(len(latencies) - 1, round(0.99 * (len(latencies) - 1)))]
+        p99 = _percentile(latencies, 0.99)
         idle = f"{self.options.processes} x {self.options.threads} idle threads"
         self.figures["latency_p50"] = Figure(f"enqueue-to-start p50 ({idle})", p50, "ms", target=("<=", 1.5))
         self.figures["latency_p99"] = Figure("enqueue-to-start p99", p99, "ms", target=("<=", 4.0), samples=latencies)
+        floor = sorted(limit.wake_latencies(self.empty.conninfo(), samples=samples, processes=self.options.processes))
+        self.figures["latency_floor_p50"] = Figure(
+            f"limit: psycopg insert-notify-claim p50 (a listener in each of {self.options.processes} processes)",
+            statistics.median(floor),
+            "ms",
+        )
+        self.figures["latency_floor_p99"] = Figure(
+            "limit: psycopg insert-notify-claim p99", _percentile(floor, 0.99), "ms", samples=floor
+        )
 
     def _result_waits(self) -> None:
         delays = results.wait_delays(self.empty, self.options.latency_samples)
-        p50, p99 = statistics.median(delays), delays[min(len(delays) - 1, round(0.99 * (len(delays) - 1)))]
+        p50, p99 = statistics.median(delays), _percentile(delays, 0.99)
         callers = f"{len(delays)} aget_result callers in one process"
         self.figures["result_p50"] = Figure(f"completion-to-result p50 ({callers})", p50, "ms", target=("<=", 100))
         self.figures["result_p99"] = Figure("completion-to-result p99", p99, "ms", samples=delays)
@@ -391,3 +400,8 @@ class Benchmark:
             self._drain(self.empty, self.options.workflows, self.options.steps)
             peak = workers.peak_rss_mb()[0]
         self.figures["rss"] = Figure(f"peak RSS, runworkers --concurrency {concurrency}", peak, "MB", target=("<=", 80))
+
+
+def _percentile(ordered: list[float], fraction: float) -> float:
+    """The value at ``fraction`` of the sorted ``ordered`` (the nearest rank)."""
+    return ordered[min(len(ordered) - 1, round(fraction * (len(ordered) - 1)))]

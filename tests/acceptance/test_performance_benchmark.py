@@ -36,6 +36,8 @@ def test_benchmark__prints_every_figure_as_a_table_and_json_lines_and_drops_its_
         "one-step, 2000 finished rows in the table",
         "enqueue-to-start p50 (1 x 2 idle threads)",
         "enqueue-to-start p99",
+        "limit: psycopg insert-notify-claim p50 (a listener in each of 1 processes)",
+        "limit: psycopg insert-notify-claim p99",
         "completion-to-result p50 (10 aget_result callers in one process)",
         "completion-to-result p99",
         "peak RSS, runworkers --concurrency 2",

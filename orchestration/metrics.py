@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -102,7 +101,7 @@ class WorkerInstruments:
 
     def collect(self) -> Iterator[Any]:
         instruments = observe.instruments()
-        if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        if observe.shared_between_processes():
             from prometheus_client import CollectorRegistry, multiprocess
 
             shared = CollectorRegistry(auto_describe=False)

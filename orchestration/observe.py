@@ -21,9 +21,10 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
+import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, Protocol, TypeVar, cast
 
 from . import tracing
@@ -104,8 +105,32 @@ _instruments: Any = _NOT_TRIED
 _making = threading.Lock()
 
 
+def shared_between_processes() -> bool:
+    """Whether ``prometheus_client`` writes this process's instruments to files
+    that every process of the machine reads (multiprocess mode)."""
+    return bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
+
+
+@contextlib.contextmanager
+def unread() -> Iterator[None]:
+    """While in it, this process keeps no instruments (``instruments()`` is None).
+
+    For a ``runworkers`` that neither serves them (``--metrics-port``) nor shares
+    them (``shared_between_processes``): no scrape reaches what it would count,
+    and counting costs every attempt and step it runs."""
+    global _instruments
+    with _making:
+        kept, _instruments = _instruments, None
+    try:
+        yield
+    finally:
+        with _making:
+            _instruments = kept
+
+
 def instruments() -> Instruments | None:
-    """The instruments, made on first use; None without ``prometheus_client``."""
+    """The instruments, made on first use; None without ``prometheus_client``
+    (or inside ``unread``)."""
     global _instruments
     if _instruments is _NOT_TRIED:
         # Made once: two sets, from two threads' first attempts, would each

@@ -11,6 +11,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from orchestration import start_workflow
+from orchestration.models import Workflow
 from tests.support import run_burst, start_workers, worker_env
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -64,3 +65,21 @@ def test_multiprocess_dir__the_views_metrics_count_what_worker_processes_ran(cli
     assert samples[("orchestration_workflows_started_total", THREE_STEPS)] == 4
     steps = (*THREE_STEPS, ("outcome", "completed"))
     assert samples[("orchestration_step_duration_seconds_count", tuple(sorted(steps)))] == 12
+
+
+def counting_in_a_burst(env: dict[str, str]) -> bool:
+    """Whether a ``runworkers --burst`` process run in ``env`` counts what it runs."""
+    run = start_workflow("reports_counting")
+    result = run_burst(env=env)
+    assert result.returncode == 0, result.stderr
+    return Workflow.objects.get(pk=run.pk).output_data["counting"]
+
+
+def test_runworkers_neither_serving_nor_sharing_its_counters__keeps_none():
+    env = worker_env()
+    env.pop("PROMETHEUS_MULTIPROC_DIR", None)
+    assert counting_in_a_burst(env) is False
+
+
+def test_runworkers_sharing_its_counters_through_the_multiprocess_dir__keeps_them(tmp_path):
+    assert counting_in_a_burst(worker_env(PROMETHEUS_MULTIPROC_DIR=str(tmp_path))) is True

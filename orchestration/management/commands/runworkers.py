@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import contextlib
 import logging
 import sys
 from typing import Any
@@ -84,7 +85,9 @@ class Command(BaseCommand):
             claim_ahead=options["claim_ahead"],
             async_concurrency=options["async_concurrency"],
         )
-        status = worker.run()
+        read = options["metrics_port"] or observe.shared_between_processes()
+        with contextlib.nullcontext() if read else observe.unread():
+            status = worker.run()
         if status:  # a thread died: a supervisor restarts the process
             raise CommandError(
                 f"worker thread(s) {', '.join(worker.dead_threads)} died; see the log", returncode=status

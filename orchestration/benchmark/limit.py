@@ -97,7 +97,7 @@ def _drain(conninfo: str, variant: str) -> None:
 def _process(conninfo: str, variant: str, threads: int, ready: Any, go: Any) -> None:
     # Connect before the start signal so connection set-up is not timed.
     psycopg.connect(conninfo).close()
-    ready.wait()
+    ready.release()
     go.wait()
     workers = [threading.Thread(target=_drain, args=(conninfo, variant)) for _ in range(threads)]
     for worker in workers:
@@ -112,17 +112,22 @@ def measure(conninfo: str, *, jobs: int, processes: int, threads: int, variant: 
         raise ValueError(variant)
     prepare(conninfo, jobs)
     context = multiprocessing.get_context("spawn")
-    ready = context.Barrier(processes + 1)
-    go = context.Event()
+    ready, go = context.Semaphore(0), context.Event()
     children = [
         context.Process(target=_process, args=(conninfo, variant, threads, ready, go)) for _ in range(processes)
     ]
     for child in children:
         child.start()
-    ready.wait()
-    go.set()
-    for child in children:
-        child.join()
+    try:
+        _all_ready(ready, children, "the limit loop")
+    except BaseException:
+        for child in children:
+            child.terminate()  # the others would drain the jobs for nothing
+        raise
+    finally:
+        go.set()
+        for child in children:
+            child.join()
     with psycopg.connect(conninfo, autocommit=True) as conn:
         query = STEADY_RATE.format(table="bench_limit_jobs", where="state = 'done'")
         done, rate = conn.execute(query).fetchone()  # type: ignore[misc]
@@ -136,7 +141,7 @@ def measure(conninfo: str, *, jobs: int, processes: int, threads: int, variant: 
 def _listen(conninfo: str, ready: Any) -> None:
     with psycopg.connect(conninfo, autocommit=True) as conn:
         conn.execute(f"LISTEN {WAKE_CHANNEL}")
-        ready.wait()
+        ready.release()
         while True:
             # Out of the generator before the claim: it holds the connection while it waits.
             if any(notice.payload == WAKE_STOP for notice in conn.notifies(stop_after=1)):
@@ -153,12 +158,12 @@ def wake_latencies(conninfo: str, *, samples: int, processes: int) -> list[float
         for statement in WAKE_SETUP:
             conn.execute(statement)
         context = multiprocessing.get_context("spawn")
-        ready = context.Barrier(processes + 1)
+        ready = context.Semaphore(0)
         children = [context.Process(target=_listen, args=(conninfo, ready)) for _ in range(processes)]
         for child in children:
             child.start()
         try:
-            ready.wait()
+            _all_ready(ready, children, "the wake-up floor")
             for n in range(samples):
                 conn.execute(WAKE_ENQUEUE)
                 time.sleep(idle_between_enqueues(n))
@@ -178,6 +183,17 @@ def wake_latencies(conninfo: str, *, samples: int, processes: int) -> list[float
     if any(child.exitcode for child in children) or len(latencies) != samples:
         raise RuntimeError(f"the wake-up floor claimed {len(latencies)} of {samples} jobs")
     return latencies
+
+
+def _all_ready(ready: Any, children: list[Any], what: str) -> None:
+    """Wait until each of ``children`` has released ``ready`` once (connected,
+    listening); raise, naming its exit code, when one ends before it did: a
+    child that cannot connect would otherwise leave the benchmark waiting."""
+    for _ in children:
+        while not ready.acquire(timeout=0.2):
+            ended = [child.exitcode for child in children if child.exitcode is not None]
+            if ended:
+                raise RuntimeError(f"a process of {what} exited (code {ended[0]}) before it started: see its output")
 
 
 def idle_between_enqueues(n: int) -> float:

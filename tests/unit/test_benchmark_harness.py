@@ -6,10 +6,14 @@ from __future__ import annotations
 
 import importlib
 import os
+import threading
 import time
 
+import psycopg
 import pytest
+from django.db import connection
 
+from orchestration.benchmark import limit
 from orchestration.benchmark.cpu import CpuMeter, cpu_seconds, server_backends
 from orchestration.benchmark.workflows import WORKFLOW_TYPE
 from orchestration.registry import registered_workflows
@@ -37,3 +41,33 @@ def test_server_backends__of_a_server_on_this_machine__are_found_every_time():
     with other_connection() as connection:
         conninfo = connection.info.dsn
     assert all(server_backends(conninfo) for _ in range(200))
+
+
+@pytest.mark.django_db(transaction=True)
+def test_wake_up_floor__a_listener_that_cannot_connect__fails_the_measurement_instead_of_waiting_for_ever():
+    role = "orchestration_test_one_connection"  # its one connection is the measurement's own
+    with other_connection() as admin:
+        admin.execute(f"DROP ROLE IF EXISTS {role}")
+        admin.execute(f"CREATE ROLE {role} LOGIN CONNECTION LIMIT 1")
+        admin.execute(f"GRANT CREATE ON SCHEMA public TO {role}")
+    params = connection.get_connection_params()
+    keys = ("dbname", "host", "port")
+    conninfo = psycopg.conninfo.make_conninfo(user=role, **{k: params[k] for k in keys if params.get(k)})
+    raised: list[BaseException] = []
+
+    def measure() -> None:
+        try:
+            limit.wake_latencies(conninfo, samples=3, processes=1)
+        except BaseException as exc:
+            raised.append(exc)
+
+    measuring = threading.Thread(target=measure, daemon=True)
+    measuring.start()
+    measuring.join(timeout=60)
+    try:
+        assert not measuring.is_alive(), "still waiting for a listener that exited"
+        assert len(raised) == 1 and "exited (code 1) before it started" in str(raised[0])
+    finally:
+        with other_connection() as admin:
+            admin.execute(f"DROP OWNED BY {role}")
+            admin.execute(f"DROP ROLE {role}")

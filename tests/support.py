@@ -79,13 +79,18 @@ def worker_env(**extra: str) -> dict[str, str]:
     return env
 
 
+def database_conninfo(**overrides: str | None) -> str:
+    """The test database's libpq connection string, with ``overrides`` (None: left out)."""
+    params = connection.get_connection_params()
+    keys = ("dbname", "user", "password", "host", "port")
+    chosen = {**{k: params.get(k) for k in keys}, **overrides}
+    return psycopg.conninfo.make_conninfo(**{k: v for k, v in chosen.items() if v})
+
+
 @contextlib.contextmanager
 def other_connection(*, autocommit: bool = True) -> Iterator[psycopg.Connection[Any]]:
     """A connection of its own to the test database, as another process would hold."""
-    params = connection.get_connection_params()
-    keys = ("dbname", "user", "password", "host", "port")
-    conninfo = psycopg.conninfo.make_conninfo(**{k: params[k] for k in keys if params.get(k)})
-    with psycopg.connect(conninfo, autocommit=autocommit) as other:
+    with psycopg.connect(database_conninfo(), autocommit=autocommit) as other:
         yield other
 
 

@@ -9,15 +9,13 @@ import os
 import threading
 import time
 
-import psycopg
 import pytest
-from django.db import connection
 
 from orchestration.benchmark import limit
 from orchestration.benchmark.cpu import CpuMeter, cpu_seconds, server_backends
 from orchestration.benchmark.workflows import WORKFLOW_TYPE
 from orchestration.registry import registered_workflows
-from tests.support import other_connection
+from tests.support import database_conninfo, other_connection
 
 
 def test_benchmark__importing_the_command_and_harness_registers_no_workflow_type():
@@ -50,9 +48,7 @@ def test_wake_up_floor__a_listener_that_cannot_connect__fails_the_measurement_in
         admin.execute(f"DROP ROLE IF EXISTS {role}")
         admin.execute(f"CREATE ROLE {role} LOGIN CONNECTION LIMIT 1")
         admin.execute(f"GRANT CREATE ON SCHEMA public TO {role}")
-    params = connection.get_connection_params()
-    keys = ("dbname", "host", "port")
-    conninfo = psycopg.conninfo.make_conninfo(user=role, **{k: params[k] for k in keys if params.get(k)})
+    conninfo = database_conninfo(user=role, password=None)
     raised: list[BaseException] = []
 
     def measure() -> None:

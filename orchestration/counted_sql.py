@@ -14,10 +14,15 @@ claims beside it do: it hands over slots, and needs no turn on the queue's
 lock (``functions``). A claim that may take more tries the lock, and hands
 over that many if another claim holds it (when it completes runs), so the
 claims of busy workers seldom wait for each other.
+
+A queue far from its limit needs no turn at all: a claim of a few runs takes
+one of its lanes instead (``TAKE_LANE``), and claims as for an unlimited
+queue (``IN_LANE_CLAIM``), beside the claims in its other lanes.
 """
 
 from __future__ import annotations
 
+from . import sql
 from .sql import COMPLETIONS, LIMITED_ROWS, LIMITED_TAKEN, PENDING_QUEUES
 
 
@@ -76,3 +81,39 @@ COMPLETE_AND_CLAIM_COUNTED = _counted("")
 #: no lock makes current, only stops a hand-over while the queue runs more than
 #: its limit (the limit was lowered).
 HAND_OVER_COUNTED = _counted(",\n        (SELECT count(*) FROM done WHERE done.queue = s.name)")
+
+#: A claim far from its queue's limit takes one of its ``sql.QUEUE_LANES``
+#: lanes and not its turn (``functions``): it claims at most this many runs, so
+#: that a count made once its lane is held, with ``sql.QUEUE_LANES`` times as
+#: many slots free, keeps every claim in a lane within the limit.
+LANE_CLAIM = 64
+#: The one restricted queue a claim serves (``%(queues)s``, NULL: every queue),
+#: if it is the only one, is not paused, has a concurrency limit and no other
+#: limit, and has ``sql.QUEUE_LANES`` times ``LANE_CLAIM`` slots free; else NULL.
+FAR_FROM_LIMIT = f"""SELECT CASE WHEN count(*) = 1 AND bool_and(
+        NOT q.paused AND q.key_concurrency IS NULL AND q.rate_limit IS NULL AND q.key_rate_limit IS NULL
+        AND q.concurrency - {sql.QUEUE_LANES * LANE_CLAIM}
+            >= (SELECT count(*) FROM workflows AS w WHERE w.status = 'running' AND w.queue = q.name))
+    THEN min(q.name) END AS name
+FROM workflow_queues AS q
+WHERE (%(queues)s::text[] IS NULL OR q.name = ANY(%(queues)s::text[]))
+  AND (q.paused OR q.concurrency IS NOT NULL OR q.key_concurrency IS NOT NULL
+       OR q.rate_limit IS NOT NULL OR q.key_rate_limit IS NOT NULL)"""
+#: ``FAR_FROM_LIMIT``'s queue, once one of its lanes is held: the first free
+#: from this backend's own. NULL, holding none, when no queue is far from its
+#: limit or every lane is taken (by claims in lanes, or by one in its turn:
+#: ``sql.LOCK_QUEUES`` takes them all).
+TAKE_LANE = f"""
+SELECT far.name FROM ({FAR_FROM_LIMIT}) AS far
+WHERE far.name IS NOT NULL AND EXISTS (
+    SELECT FROM generate_series(0, {sql.QUEUE_LANES - 1}) AS lane
+    WHERE pg_try_advisory_xact_lock(%(space)s + 1 + (pg_backend_pid() + lane) % {sql.QUEUE_LANES}, hashtext(far.name))
+)
+"""
+#: ``sql.COMPLETE_AND_CLAIM`` in a lane of queue ``%(lane_queue)s``
+#: (``TAKE_LANE``): it claims nothing unless that queue is still far from its
+#: limit, counted in this statement's snapshot, taken with the lane held.
+IN_LANE_CLAIM = sql.COMPLETE_AND_CLAIM.replace(
+    "WHERE status = 'pending' AND (run_after",
+    f"WHERE status = 'pending' AND ({FAR_FROM_LIMIT}) = %(lane_queue)s AND (run_after",
+)

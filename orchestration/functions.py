@@ -121,13 +121,34 @@ def _counted_claim_body() -> str:
     takes no turn on the queues' locks. One that may take more
     (``p_limited_room``) takes its turn, ``counted_sql.COMPLETE_AND_CLAIM_COUNTED``
     after the lock; but if it completes runs and another claim holds the turn,
-    it only hands over, rather than wait."""
+    it only hands over, rather than wait.
+
+    Far from the limit it takes no turn at all: a claim of at most
+    ``counted_sql.LANE_CLAIM`` runs, when the only restricted queue served has
+    a concurrency limit alone and ``sql.QUEUE_LANES`` times that many slots
+    free, takes a free lane of the queue (``counted_sql.TAKE_LANE``) and claims
+    as an unlimited queue's (``counted_sql.IN_LANE_CLAIM``). A claim in its
+    turn holds every lane, so none runs beside it; at most ``QUEUE_LANES``
+    claims in lanes are uncommitted at once, each of at most ``LANE_CLAIM``
+    runs, so the count each makes once its lane is held keeps all of them
+    within the limit. Should that count find the queue no longer far from it,
+    the claim takes nothing (the next, counting first, takes its turn).
+    ``p_lane_queue`` is a variable, named as ``TAKE_LANE``'s parameter."""
     lock, try_lock = _lock_query(sql.LOCK_QUEUES), _lock_query(sql.TRY_LOCK_QUEUES)
+    lane = _in_function(counted_sql.TAKE_LANE.replace("%(space)s", str(sql.QUEUE_LOCK_SPACE))).strip()
     return f"""
 #variable_conflict use_column
 DECLARE
     v_in_turn boolean := p_limited_room > cardinality(p_ids::uuid[]);
+    p_lane_queue text;
 BEGIN
+    IF p_limit <= {counted_sql.LANE_CLAIM} AND p_limited_room >= p_limit THEN
+        p_lane_queue := ({lane});
+        IF p_lane_queue IS NOT NULL THEN
+            RETURN QUERY{_in_function(counted_sql.IN_LANE_CLAIM)};
+            RETURN;
+        END IF;
+    END IF;
     IF v_in_turn AND cardinality(p_ids::uuid[]) > 0 THEN
         v_in_turn := COALESCE((SELECT{try_lock}), true);
     END IF;

@@ -29,6 +29,9 @@ NOTIFY_CHANNEL = "orchestration_new_work"
 RECLAIM_LOCK_KEY = 0x6F7263686573  # "orches"
 #: First key of the transaction-level advisory locks that serialise the claims of a limited queue.
 QUEUE_LOCK_SPACE = 0x716C696D  # "qlim"
+#: The lanes of a limited queue, each a lock of the keys after it: the claims far
+#: from the queue's limit take one and not its turn (``counted_sql.TAKE_LANE``).
+QUEUE_LANES = 4
 
 LISTEN = f"LISTEN {NOTIFY_CHANNEL}"
 NOTIFY = "SELECT pg_notify(%s, %s)"
@@ -142,17 +145,20 @@ _LIMITED_QUEUES = """(%(queues)s::text[] IS NULL OR name = ANY(%(queues)s::text[
   AND (concurrency IS NOT NULL OR key_concurrency IS NOT NULL
        OR rate_limit IS NOT NULL OR key_rate_limit IS NOT NULL)"""
 #: Before a limit-aware claim, in its function (see ``functions``): the advisory
-#: lock of each limited queue served (no write, no WAL), in one order. The claims
+#: locks of each limited queue served (no write, no WAL), in one order: its
+#: turn, then its ``QUEUE_LANES`` lanes (``counted_sql.TAKE_LANE``). The claims
 #: of a queue take turns, each counting in a snapshot taken once those before it
 #: committed (a count in the statement that waited would not see them).
 LOCK_QUEUES = f"""
-SELECT pg_advisory_xact_lock(%(space)s, hashtext(name)) FROM workflow_queues
+SELECT pg_advisory_xact_lock(%(space)s + lane, hashtext(name))
+FROM workflow_queues, generate_series(0, {QUEUE_LANES}) AS lane
 WHERE {_LIMITED_QUEUES}
-ORDER BY hashtext(name)
+ORDER BY hashtext(name), lane
 """
 #: ``LOCK_QUEUES``'s locks, those free taken without waiting: whether all were (NULL: none to take).
 TRY_LOCK_QUEUES = f"""
-SELECT bool_and(pg_try_advisory_xact_lock(%(space)s, hashtext(name))) FROM workflow_queues
+SELECT bool_and(pg_try_advisory_xact_lock(%(space)s + lane, hashtext(name)))
+FROM workflow_queues, generate_series(0, {QUEUE_LANES}) AS lane
 WHERE {_LIMITED_QUEUES}
 """
 

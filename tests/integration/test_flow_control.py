@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from django.contrib.admin.utils import quote
 from django.core.management import CommandError, call_command
-from django.db import OperationalError, connection, connections
+from django.db import OperationalError, connection, connections, transaction
 from django.db.models import F
 from django.test import override_settings
 from django.urls import reverse
@@ -28,6 +28,7 @@ from orchestration import (
     InvalidWorkflowInput,
     UnknownQueue,
     claims,
+    counted_sql,
     flow,
     pause_queue,
     resume_queue,
@@ -204,10 +205,14 @@ def test_claim__concurrency_limit__counts_every_running_run__a_completion_in_the
 
 @contextlib.contextmanager
 def in_another_claims_turn(queue: str) -> Iterator[None]:
-    """Another connection holds ``queue``'s claim lock, as a claim in flight
-    does, while this test's claims give up a wait for it after 0.2 s."""
+    """Another connection holds ``queue``'s claim locks (its turn and its lanes),
+    as a claim in flight in its turn does, while this test's claims give up a
+    wait for them after 0.2 s."""
     with other_connection(autocommit=False) as other:
-        other.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", [sql.QUEUE_LOCK_SPACE, queue])
+        other.execute(
+            "SELECT pg_advisory_xact_lock(%s + lane, hashtext(%s)) FROM generate_series(0, %s) AS lane",
+            [sql.QUEUE_LOCK_SPACE, queue, sql.QUEUE_LANES],
+        )
         with connection.cursor() as cursor:
             cursor.execute("SET lock_timeout = '200ms'")
         try:
@@ -239,6 +244,78 @@ def test_claim__in_another_claims_turn__one_that_completes_nothing_waits_for_it(
     set_queue_limits("fc", concurrency=5)
     with in_another_claims_turn("fc"), pytest.raises(OperationalError, match="lock timeout"):
         claim(limit=1)
+
+
+@contextlib.contextmanager
+def a_claim_in_flight(limit: int) -> Iterator[None]:
+    """A claim of another worker, on its own connection, uncommitted until the block ends."""
+    claimed, release = threading.Event(), threading.Event()
+
+    def claim_and_hold() -> None:
+        try:
+            with transaction.atomic():
+                claims.claim("other", None, limit)
+                claimed.set()
+                release.wait(10)
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=claim_and_hold)
+    thread.start()
+    try:
+        assert claimed.wait(10)
+        yield
+    finally:
+        release.set()
+        thread.join()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_claim__far_from_the_limit__claims_beside_a_claim_in_flight_without_waiting_for_its_turn():
+    start_workflows("fc_noop", range(10))
+    set_queue_limits("fc", concurrency=1000)
+    with a_claim_in_flight(limit=3):
+        with connection.cursor() as cursor:
+            cursor.execute("SET lock_timeout = '200ms'")
+        assert len(claim(limit=3)) == 3
+    assert running("fc") == 6
+
+
+@pytest.mark.django_db(transaction=True)
+def test_claim__far_from_the_limit__waits_for_a_claim_in_its_turn():
+    start_workflows("fc_noop", range(100))
+    set_queue_limits("fc", concurrency=1000)
+    with a_claim_in_flight(limit=counted_sql.LANE_CLAIM + 1):  # too many for a lane: it takes its turn
+        with connection.cursor() as cursor:
+            cursor.execute("SET lock_timeout = '200ms'")
+        with pytest.raises(OperationalError, match="lock timeout"):
+            claim(limit=3)
+    assert running("fc") == counted_sql.LANE_CLAIM + 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_claim__claims_in_flight_side_by_side_near_the_limit__take_no_more_than_it__and_fill_it():
+    limit = sql.QUEUE_LANES * counted_sql.LANE_CLAIM + 5
+    start_workflows("fc_noop", range(limit + 100))
+    set_queue_limits("fc", concurrency=limit)
+    start = threading.Barrier(sql.QUEUE_LANES + 2)
+
+    def claim_in_turns() -> None:
+        try:
+            start.wait(10)
+            for _ in range(4):
+                with transaction.atomic():
+                    claims.claim("w", None, counted_sql.LANE_CLAIM)
+                    time.sleep(0.05)  # uncommitted beside the others' claims
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=claim_in_turns) for _ in range(sql.QUEUE_LANES + 2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert running("fc") == limit
 
 
 def test_claim__a_hand_over__takes_none_while_the_queue_runs_over_a_lowered_limit():

@@ -204,6 +204,18 @@ def test_claim__concurrency_limit__counts_every_running_run__a_completion_in_the
 
 
 @contextlib.contextmanager
+def giving_up_lock_waits_after_200ms() -> Iterator[None]:
+    """This test's claims give up a wait for a lock after 0.2 s, and wait again as before after the block."""
+    with connection.cursor() as cursor:
+        cursor.execute("SET lock_timeout = '200ms'")
+    try:
+        yield
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("RESET lock_timeout")
+
+
+@contextlib.contextmanager
 def in_another_claims_turn(queue: str) -> Iterator[None]:
     """Another connection holds ``queue``'s claim locks (its turn and its lanes),
     as a claim in flight in its turn does, while this test's claims give up a
@@ -213,13 +225,8 @@ def in_another_claims_turn(queue: str) -> Iterator[None]:
             "SELECT pg_advisory_xact_lock(%s + lane, hashtext(%s)) FROM generate_series(0, %s) AS lane",
             [sql.QUEUE_LOCK_SPACE, queue, sql.QUEUE_LANES],
         )
-        with connection.cursor() as cursor:
-            cursor.execute("SET lock_timeout = '200ms'")
-        try:
+        with giving_up_lock_waits_after_200ms():
             yield
-        finally:
-            with connection.cursor() as cursor:
-                cursor.execute("RESET lock_timeout")
 
 
 @pytest.mark.django_db(transaction=True)
@@ -274,9 +281,7 @@ def a_claim_in_flight(limit: int) -> Iterator[None]:
 def test_claim__far_from_the_limit__claims_beside_a_claim_in_flight_without_waiting_for_its_turn():
     start_workflows("fc_noop", range(10))
     set_queue_limits("fc", concurrency=1000)
-    with a_claim_in_flight(limit=3):
-        with connection.cursor() as cursor:
-            cursor.execute("SET lock_timeout = '200ms'")
+    with a_claim_in_flight(limit=3), giving_up_lock_waits_after_200ms():
         assert len(claim(limit=3)) == 3
     assert running("fc") == 6
 
@@ -286,9 +291,7 @@ def test_claim__far_from_the_limit__waits_for_a_claim_in_its_turn():
     start_workflows("fc_noop", range(100))
     set_queue_limits("fc", concurrency=1000)
     with a_claim_in_flight(limit=counted_sql.LANE_CLAIM + 1):  # too many for a lane: it takes its turn
-        with connection.cursor() as cursor:
-            cursor.execute("SET lock_timeout = '200ms'")
-        with pytest.raises(OperationalError, match="lock timeout"):
+        with giving_up_lock_waits_after_200ms(), pytest.raises(OperationalError, match="lock timeout"):
             claim(limit=3)
     assert running("fc") == counted_sql.LANE_CLAIM + 1
 

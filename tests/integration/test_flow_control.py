@@ -290,9 +290,9 @@ def test_claim__far_from_the_limit__claims_beside_a_claim_in_flight_without_wait
 def test_claim__far_from_the_limit__waits_for_a_claim_in_its_turn():
     start_workflows("fc_noop", range(100))
     set_queue_limits("fc", concurrency=1000)
-    with a_claim_in_flight(limit=counted_sql.LANE_CLAIM + 1):  # too many for a lane: it takes its turn
-        with giving_up_lock_waits_after_200ms(), pytest.raises(OperationalError, match="lock timeout"):
-            claim(limit=3)
+    in_its_turn = a_claim_in_flight(limit=counted_sql.LANE_CLAIM + 1)  # too many for a lane
+    with in_its_turn, giving_up_lock_waits_after_200ms(), pytest.raises(OperationalError, match="lock timeout"):
+        claim(limit=3)
     assert running("fc") == counted_sql.LANE_CLAIM + 1
 
 

@@ -96,9 +96,7 @@ FAR_FROM_LIMIT = f"""SELECT CASE WHEN count(*) = 1 AND bool_and(
             >= (SELECT count(*) FROM workflows AS w WHERE w.status = 'running' AND w.queue = q.name))
     THEN min(q.name) END AS name
 FROM workflow_queues AS q
-WHERE (%(queues)s::text[] IS NULL OR q.name = ANY(%(queues)s::text[]))
-  AND (q.paused OR q.concurrency IS NOT NULL OR q.key_concurrency IS NOT NULL
-       OR q.rate_limit IS NOT NULL OR q.key_rate_limit IS NOT NULL)"""
+WHERE {sql.SERVED_QUEUES} AND (paused OR {sql.HAS_LIMIT})"""
 #: ``FAR_FROM_LIMIT``'s queue, once one of its lanes is held: the first free
 #: from this backend's own. NULL, holding none, when no queue is far from its
 #: limit or every lane is taken (by claims in lanes, or by one in its turn:
@@ -113,7 +111,9 @@ WHERE far.name IS NOT NULL AND EXISTS (
 #: ``sql.COMPLETE_AND_CLAIM`` in a lane of queue ``%(lane_queue)s``
 #: (``TAKE_LANE``): it claims nothing unless that queue is still far from its
 #: limit, counted in this statement's snapshot, taken with the lane held.
+_CANDIDATES = "WHERE status = 'pending' AND (run_after"
+if _CANDIDATES not in sql.COMPLETE_AND_CLAIM:  # without its count, a claim in a lane could pass the limit
+    raise RuntimeError("IN_LANE_CLAIM: sql.COMPLETE_AND_CLAIM lacks the candidates' filter it adds its count to")
 IN_LANE_CLAIM = sql.COMPLETE_AND_CLAIM.replace(
-    "WHERE status = 'pending' AND (run_after",
-    f"WHERE status = 'pending' AND ({FAR_FROM_LIMIT}) = %(lane_queue)s AND (run_after",
+    _CANDIDATES, f"WHERE status = 'pending' AND ({FAR_FROM_LIMIT}) = %(lane_queue)s AND (run_after"
 )

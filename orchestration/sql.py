@@ -140,10 +140,13 @@ CLAIM = (
 )
 
 
-#: The queues served that have a limit.
-_LIMITED_QUEUES = """(%(queues)s::text[] IS NULL OR name = ANY(%(queues)s::text[]))
-  AND (concurrency IS NOT NULL OR key_concurrency IS NOT NULL
+#: Of ``workflow_queues``' rows: the queues served (``%(queues)s``, NULL: every queue) ...
+SERVED_QUEUES = "(%(queues)s::text[] IS NULL OR name = ANY(%(queues)s::text[]))"
+#: ... and those with a limit.
+HAS_LIMIT = """(concurrency IS NOT NULL OR key_concurrency IS NOT NULL
        OR rate_limit IS NOT NULL OR key_rate_limit IS NOT NULL)"""
+#: The queues served that have a limit.
+_LIMITED_QUEUES = f"{SERVED_QUEUES}\n  AND {HAS_LIMIT}"
 #: Before a limit-aware claim, in its function (see ``functions``): the advisory
 #: locks of each limited queue served (no write, no WAL), in one order: its
 #: turn, then its ``QUEUE_LANES`` lanes (``counted_sql.TAKE_LANE``). The claims

@@ -10,7 +10,7 @@ from django.db import migrations
 from orchestration import functions
 
 #: ``functions.fingerprint()`` of the text this migration was written for.
-FUNCTIONS_FINGERPRINT = "57b17f7af4ea19fb"
+FUNCTIONS_FINGERPRINT = "59e759d2d86906f5"
 
 
 class Migration(migrations.Migration):

@@ -100,9 +100,11 @@ WHERE {sql.SERVED_QUEUES} AND (paused OR {sql.HAS_LIMIT})"""
 #: ``FAR_FROM_LIMIT``'s queue, once one of its lanes is held: the first free
 #: from this backend's own. NULL, holding none, when no queue is far from its
 #: limit or every lane is taken (by claims in lanes, or by one in its turn:
-#: ``sql.LOCK_QUEUES`` takes them all).
+#: ``sql.LOCK_QUEUES`` takes them all). ``OFFSET 0`` keeps ``far.name IS NOT
+#: NULL`` out of the aggregate, where it would be a filter that counts again.
 TAKE_LANE = f"""
-SELECT far.name FROM ({FAR_FROM_LIMIT}) AS far
+SELECT far.name FROM ({FAR_FROM_LIMIT}
+OFFSET 0) AS far
 WHERE far.name IS NOT NULL AND EXISTS (
     SELECT FROM generate_series(0, {sql.QUEUE_LANES - 1}) AS lane
     WHERE pg_try_advisory_xact_lock(%(space)s + 1 + (pg_backend_pid() + lane) % {sql.QUEUE_LANES}, hashtext(far.name))

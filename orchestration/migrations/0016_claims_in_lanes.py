@@ -10,7 +10,7 @@ from django.db import migrations
 from orchestration import functions
 
 #: ``functions.fingerprint()`` of the text this migration was written for.
-FUNCTIONS_FINGERPRINT = "59e759d2d86906f5"
+FUNCTIONS_FINGERPRINT = "7c63910e590c6b6f"
 
 
 class Migration(migrations.Migration):

@@ -432,6 +432,13 @@ def buffers(plan: str, node: str) -> int:
     return sum(map(int, re.findall(r"(?:hit|read)=(\d+)", below.split("Buffers:", 1)[1].split("\n", 1)[0])))
 
 
+def test_taking_a_lane__counts_the_queues_running_runs_once():
+    start_workflows("fc_noop", range(3))
+    set_queue_limits("fc", concurrency=1000)
+    plan = generic_plan(counted_sql.TAKE_LANE, {"queues": None, "space": sql.QUEUE_LOCK_SPACE})
+    assert len(re.findall(r" on workflows ", plan)) == 1, plan
+
+
 def test_claim_plan__a_saturated_key_with_100000_pending__is_never_read():
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE workflows")  # the statistics of an empty table, as migrate left them

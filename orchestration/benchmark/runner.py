@@ -47,9 +47,11 @@ ON CONFLICT (name) DO UPDATE SET concurrency = excluded.concurrency, key_concurr
 KEYS = 100
 #: A concurrency limit no run of a measurement reaches: what flow control costs when it does not bind.
 NOT_BINDING = 10_000
-#: What ``Options.only`` may name: the drains of each round, then the phases around them.
-MEASUREMENTS = ("limit_1", "one_step", "loaded", "limit_3", "multi_step", "backlog", "concurrency_limit", "key_limit",
-                "limit_not_binding", "single_enqueue", "latency", "results", "rss")  # fmt: skip
+#: The drains on the "limited" database: an unlimited one, then under each of flow control's limits.
+FLOW_CONTROL = ("no_limit", "limit_not_binding", "concurrency_limit", "key_limit")
+#: What ``Options.only`` may name: the drains of each round, in order, then the phases around them.
+MEASUREMENTS = ("limit_3", "multi_step", "limit_1", "loaded", "one_step", "backlog", *FLOW_CONTROL,
+                "single_enqueue", "latency", "results", "rss")  # fmt: skip
 
 
 @dataclass
@@ -117,6 +119,7 @@ class Benchmark:
                 self._load_finished_rows()
             if flow_control:  # before its workers start, so that they claim with the limit-aware statement
                 self._limit(concurrency=opts.processes * opts.threads)
+            self._checkpoint()
             with (
                 Workers(self.empty, opts.processes, opts.threads, opts.worker_args, self.log_dir, "empty") as empty,
                 Workers(self.loaded, opts.processes, opts.threads, opts.worker_args, self.log_dir, "loaded") as loaded,
@@ -173,36 +176,45 @@ class Benchmark:
         opts = self.options
         conninfo = self.empty.conninfo()
         concurrency = dict(processes=opts.processes, threads=opts.threads)
+        # Each ratio's two drains next to each other (``_figures_from``).
         measurements = [
-            ("limit_1", lambda: limit.measure(conninfo, jobs=opts.workflows, variant="one_transaction", **concurrency)),
-            ("one_step", lambda: self._drain(self.empty, opts.workflows, 1, measured="one_step")),
-            ("loaded", lambda: self._drain(self.loaded, opts.workflows, 1, measured="loaded")),
             (
                 "limit_3",
                 lambda: limit.measure(conninfo, jobs=opts.workflows, variant="three_transactions", **concurrency),
             ),
             ("multi_step", lambda: self._drain(self.empty, opts.workflows, opts.steps, measured="multi_step")),
+            ("limit_1", lambda: limit.measure(conninfo, jobs=opts.workflows, variant="one_transaction", **concurrency)),
+            ("loaded", lambda: self._drain(self.loaded, opts.workflows, 1, measured="loaded")),
+            ("one_step", lambda: self._drain(self.empty, opts.workflows, 1, measured="one_step")),
             (
                 "backlog",
                 lambda: self._drain(self.empty, opts.backlog, 1, enqueue_key="bulk_enqueue", measured="backlog"),
             ),
+            ("no_limit", lambda: self._drain_limited("no_limit")),
+            ("limit_not_binding", lambda: self._drain_limited("limit_not_binding", concurrency=NOT_BINDING)),
             (
                 "concurrency_limit",
                 lambda: self._drain_limited("concurrency_limit", concurrency=opts.processes * opts.threads),
             ),
             ("key_limit", lambda: self._drain_limited("key_limit", key_concurrency=1)),
-            ("limit_not_binding", lambda: self._drain_limited("limit_not_binding", concurrency=NOT_BINDING)),
-        ][: None if opts.flow_control else -3]
-        return [(name, measure) for name, measure in measurements if opts.wants(name)]
+        ]
+        return [
+            (name, measure)
+            for name, measure in measurements
+            if opts.wants(name) and (opts.flow_control or name not in FLOW_CONTROL)
+        ]
 
     def _figures_from(self, samples: dict[str, list[float]]) -> None:
+        """The medians, and each ratio as the median of the rounds' ratios:
+        its two drains ran next to each other in every round, so a ratio
+        carries little of the machine's speed, which moves from second to second."""
         opts = self.options
         median = {name: statistics.median(values) for name, values in samples.items()}
 
         def add(key: str, metric: str, unit: str, ratio_of: str | None = None, target: Any = None) -> None:
             if key not in median:
                 return
-            ratio = median[key] / median[ratio_of] if ratio_of in median else None
+            ratio = _paired_ratio(samples[key], samples[ratio_of]) if ratio_of in median else None
             label = self.figures[ratio_of].metric if ratio_of and ratio_of in self.figures else ratio_of
             self.figures[key] = Figure(metric, median[key], unit, label, ratio, target, samples[key])
             self._cpu_figures(key, samples)
@@ -219,7 +231,6 @@ class Benchmark:
             "limit_3",
             (">=", 0.50) if opts.steps == 3 else None,
         )
-        add("backlog", f"one-step, draining a {opts.backlog} backlog", "workflows/s", "one_step", (">=", 0.95))
         add(
             "loaded",
             f"one-step, {opts.finished_rows} finished rows in the table",
@@ -227,14 +238,16 @@ class Benchmark:
             "one_step",
             (">=", 0.95),
         )
+        add("backlog", f"one-step, draining a {opts.backlog} backlog", "workflows/s", "one_step", (">=", 0.95))
         if not opts.flow_control:
             return
         threads = opts.processes * opts.threads
-        add("concurrency_limit", f"one-step, queue concurrency {threads} (= threads)", "workflows/s", "one_step",
-            (">=", 0.80))  # fmt: skip
-        add("key_limit", f"one-step, {KEYS} keys of key_concurrency 1", "workflows/s", "one_step", (">=", 0.60))
-        add("limit_not_binding", f"one-step, queue concurrency {NOT_BINDING} (not binding)", "workflows/s", "one_step",
+        add("no_limit", "one-step, flow control's workers, no limit", "workflows/s", "one_step")
+        add("limit_not_binding", f"one-step, queue concurrency {NOT_BINDING} (not binding)", "workflows/s", "no_limit",
             (">=", 0.95))  # fmt: skip
+        add("concurrency_limit", f"one-step, queue concurrency {threads} (= threads)", "workflows/s", "no_limit",
+            (">=", 0.80))  # fmt: skip
+        add("key_limit", f"one-step, {KEYS} keys of key_concurrency 1", "workflows/s", "no_limit", (">=", 0.60))
 
     # -- phases ----------------------------------------------------------------
 
@@ -274,6 +287,15 @@ class Benchmark:
             plan = [row[0] for row in conn.execute("EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) " + sql, params)]
             conn.rollback()
         return plan
+
+    def _checkpoint(self) -> None:
+        """A CHECKPOINT before the rounds, so that the one the pre-load's WAL
+        calls for does not write beside the first of them (skipped where the
+        database user may not: PostgreSQL 15's ``pg_checkpoint`` role, or a superuser)."""
+        try:
+            self.empty.execute("CHECKPOINT")
+        except psycopg.errors.InsufficientPrivilege:
+            self.say("no CHECKPOINT before the rounds (the database user may not)")
 
     def _limit(self, concurrency: int | None = None, key_concurrency: int | None = None) -> None:
         """Set the "limited" queue's limits, and wait until its workers have read
@@ -400,6 +422,11 @@ class Benchmark:
             self._drain(self.empty, self.options.workflows, self.options.steps)
             peak = workers.peak_rss_mb()[0]
         self.figures["rss"] = Figure(f"peak RSS, runworkers --concurrency {concurrency}", peak, "MB", target=("<=", 80))
+
+
+def _paired_ratio(values: list[float], bases: list[float]) -> float:
+    """The median of each round's ratio of ``values`` to ``bases``."""
+    return statistics.median(value / base for value, base in zip(values, bases, strict=True))
 
 
 def _percentile(ordered: list[float], fraction: float) -> float:

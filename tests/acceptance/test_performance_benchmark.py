@@ -44,12 +44,16 @@ def test_benchmark__prints_every_figure_as_a_table_and_json_lines_and_drops_its_
         "one-step, queue concurrency 2 (= threads)",
         "one-step, 100 keys of key_concurrency 1",
         "one-step, queue concurrency 10000 (not binding)",
+        "one-step, flow control's workers, no limit",
     ):
         assert figures[metric]["value"] > 0, metric
     assert figures["one-step workflows, runworkers"]["ratio"] > 0
+    not_binding = figures["one-step, queue concurrency 10000 (not binding)"]
+    assert not_binding["ratio_of"] == "one-step, flow control's workers, no limit" and not_binding["ratio"] > 0
     # CPU a workflow beside each drain's rate: the workers' and, the server being on this machine, PostgreSQL's
     # (in clock ticks: a tiny drain may round to none).
-    for drain in ("one_step", "multi_step", "loaded", "backlog", "concurrency_limit", "key_limit", "limit_not_binding"):
+    drains = ("one_step", "multi_step", "loaded", "backlog", "no_limit", "limit_not_binding", "concurrency_limit")
+    for drain in (*drains, "key_limit"):
         for side in ("worker processes", "PostgreSQL backends"):
             assert figures[f"  CPU a workflow ({drain}), {side}"]["value"] >= 0, (drain, side)
     assert "measurement" in result.stdout and "Index Scan using idx_workflows_claim" in result.stdout

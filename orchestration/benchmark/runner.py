@@ -64,7 +64,8 @@ class Options:
     backlog: int = 10_000
     latency_samples: int = 200
     single_enqueues: int = 500
-    repeat: int = 5
+    #: Even, so that the two drains of each ratio run as often in one order as in the other.
+    repeat: int = 6
     rss_concurrency: int = 8
     worker_args: list[str] = field(default_factory=list)
     keep: bool = False

@@ -65,8 +65,17 @@ def time_ordered_uuids(count: int) -> list[uuid.UUID]:
     ids = []
     for start in range(0, 10 * count, 10):
         bits = int.from_bytes(randomness[start : start + 10])
-        ids.append(uuid.UUID(int=version | ((bits >> 62) & 0xFFF) << 64 | bits & ((1 << 62) - 1)))
+        ids.append(_uuid_of(version | ((bits >> 62) & 0xFFF) << 64 | bits & ((1 << 62) - 1)))
     return ids
+
+
+def _uuid_of(value: int) -> uuid.UUID:
+    """``uuid.UUID(int=value)`` for a ``value`` made in range, set as ``UUID.__init__``
+    sets it: sorting out which of five ways a UUID was given costs as much again."""
+    made = object.__new__(uuid.UUID)
+    object.__setattr__(made, "int", value)
+    object.__setattr__(made, "is_safe", uuid.SafeUUID.unknown)
+    return made
 
 
 def insert(
@@ -147,19 +156,18 @@ def _insert_rows(
     else:
         template = _converted(connection, fields, list(next(row[2:] for row in rows if row[2] is not None)))
         new = [(workflow_id, key) for workflow_id, key, *_ in rows]
-    id_at, input_at, key_at = (attnames.index(column) for column in OWN_COLUMNS)
+    shared = dict(zip(attnames, template, strict=True))
     input_of = dict(zip(ids, json.loads(inputs), strict=True))
+    concurrency_key_of = dict(zip(ids, concurrency_keys, strict=True)) if concurrency_keys is not None else None
     workflows = []
     for workflow_id, key in new:
-        values = template.copy()
+        values = shared.copy()
         # A run a debounced start updated is the only row, whole: its input is the template's.
-        values[id_at], values[input_at], values[key_at] = workflow_id, input_of.get(workflow_id, values[input_at]), key
+        values["id"], values["idempotency_key"] = workflow_id, key
+        values["input_data"] = input_of.get(workflow_id, values["input_data"])
+        if concurrency_key_of is not None:
+            values["concurrency_key"] = concurrency_key_of[workflow_id]
         workflows.append(values)
-    if concurrency_keys is not None:
-        concurrency_key_of = dict(zip(ids, concurrency_keys, strict=True))
-        concurrency_key_at = attnames.index("concurrency_key")
-        for values in workflows:
-            values[concurrency_key_at] = concurrency_key_of[values[id_at]]
     return _as_instances(Workflow, alias, attnames, workflows)
 
 
@@ -221,20 +229,20 @@ def _converted(connection: Any, fields: Any, values: list[Any]) -> list[Any]:
     return converted
 
 
-def _as_instances(model: Any, alias: str, attnames: list[str], rows: list[list[Any]]) -> list[Any]:
-    """``model.from_db`` for each row, without its ``__init__`` where nothing
-    can tell the difference: every column is given, the model has no field
-    with a data descriptor but foreign keys (whose descriptor only clears a
-    cache a new instance lacks), and nothing listens to ``pre_init`` or
-    ``post_init``."""
+def _as_instances(model: Any, alias: str, attnames: list[str], rows: list[dict[str, Any]]) -> list[Any]:
+    """``model.from_db`` for each row (a value for each of ``attnames``), without
+    its ``__init__`` where nothing can tell the difference: every column is
+    given, the model has no field with a data descriptor but foreign keys (whose
+    descriptor only clears a cache a new instance lacks), and nothing listens to
+    ``pre_init`` or ``post_init``. Each row becomes its instance's ``__dict__``."""
     if pre_init.has_listeners(model) or post_init.has_listeners(model):
-        return [model.from_db(alias, attnames, row) for row in rows]
+        return [model.from_db(alias, attnames, [row[name] for name in attnames]) for row in rows]
     instances = []
     new = model.__new__
     for row in rows:
         instance = new(model)
-        instance.__dict__.update(zip(attnames, row, strict=True))
-        state = instance._state = ModelState()
+        instance.__dict__ = row
+        state = row["_state"] = ModelState()
         state.adding, state.db = False, alias
         instances.append(instance)
     return instances

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pickle
 import time
 import uuid
 
@@ -28,3 +29,10 @@ def test_time_ordered_uuids__of_later_milliseconds_sort_after_earlier_ones():
 
 def test_time_ordered_uuids__of_the_same_millisecond_differ():
     assert len({time_ordered_uuid() for _ in range(1000)}) == 1000
+
+
+def test_time_ordered_uuid__behaves_as_the_uuid_its_text_parses_to():
+    value = time_ordered_uuid()
+    parsed = uuid.UUID(str(value))
+    assert (value, hash(value), value.is_safe) == (parsed, hash(parsed), parsed.is_safe)
+    assert pickle.loads(pickle.dumps(value)) == parsed

@@ -146,11 +146,11 @@ class Services:
                 failures = 0
                 self.dispatcher.wake_all()  # anything sent while we were not listening
                 while not self._stop.is_set():
-                    for notice in pg.notifies(timeout=1.0):
-                        if self._stop.is_set():
-                            break
-                        if queues is None or notice.payload in queues:
-                            self.dispatcher.wake()
+                    # Out of the generator before claiming on this connection: it holds the connection while it waits.
+                    notices = list(pg.notifies(timeout=1.0, stop_after=1))
+                    announced = sum(queues is None or notice.payload in queues for notice in notices)
+                    if announced and not self._stop.is_set():
+                        self.dispatcher.claim_announced(announced)
             except Exception as exc:  # raw psycopg errors too: this connection is not Django-wrapped
                 failures += 1
                 logger.warning("worker %s: LISTEN failed (%s); polling meanwhile", self.worker_id, exc)

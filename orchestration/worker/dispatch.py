@@ -40,7 +40,6 @@ import collections
 import json
 import threading
 import time
-import uuid
 
 from django.db import DatabaseError
 
@@ -50,6 +49,7 @@ from ..errors import CONNECTION_ERRORS, LeaseLost
 from ..flow import RulesCache
 from ..lease import Lease
 from .execution import Outcome, log_completed, record_failure
+from .held import HeldRuns
 
 logger = logs.RunLogger(__name__)
 
@@ -63,36 +63,6 @@ MOST_CLAIMED_AHEAD_A_THREAD = 4
 #: A run claimed ahead that no thread has started after this many seconds
 #: (every thread met a long run) goes back to pending for any worker.
 CLAIM_AHEAD_TIMEOUT = 1.0
-
-
-class HeldRuns:
-    """The runs this process holds a lease on, by lease token: heartbeated while
-    held, released on shutdown. Shared by every thread."""
-
-    def __init__(self) -> None:
-        self._runs: dict[uuid.UUID, Lease] = {}
-        self._lock = threading.Lock()
-
-    def add(self, *runs: Lease) -> None:
-        with self._lock:
-            self._runs.update((run.lease_token, run) for run in runs)
-
-    def discard(self, *runs: Lease) -> None:
-        with self._lock:
-            for run in runs:
-                self._runs.pop(run.lease_token, None)
-
-    def __contains__(self, run: Lease) -> bool:
-        with self._lock:
-            return run.lease_token in self._runs
-
-    def __len__(self) -> int:
-        with self._lock:
-            return len(self._runs)
-
-    def snapshot(self) -> list[Lease]:
-        with self._lock:
-            return list(self._runs.values())
 
 
 class Dispatcher:
@@ -280,14 +250,11 @@ class Dispatcher:
             logger.exception("workflow %s: could not release; it will be reclaimed as stuck", run.id)
 
     def claim_announced(self, announced: int = 1) -> None:
-        """``announced`` new runs were announced (the listener's NOTIFYs):
-        while a thread idles, no claim is in flight and no run waits for a
-        thread, claim here, on the listener's thread, as the idle threads
-        would (one for each, up to ``announced``), and wake them for what it
-        found. The claim then leaves without waiting for a thread to wake and
-        reach it first (about 0.2 ms). Otherwise, or if the claim fails for a
-        reason other than the connection, wake idle threads to claim, as
-        before."""
+        """``announced`` runs were announced (NOTIFY): while a thread idles, no
+        claim is in flight and no run waits, claim here, on the listener's thread, as
+        the idle threads would (one each, up to ``announced``), and wake them
+        for what it found, without waiting for one to wake first (about 0.2
+        ms). Otherwise, or if the claim fails but for the connection, wake them."""
         self.rules.current()  # the share the claim is sized by, as in ``next_run``
         with self._handoff:
             idle = min(announced, self.threads - self._asking - self._executing)

@@ -16,8 +16,9 @@ over that many if another claim holds it (when it completes runs), so the
 claims of busy workers seldom wait for each other.
 
 A queue far from its limit needs no turn at all: a claim of a few runs takes
-one of its lanes instead (``TAKE_LANE``), and claims as for an unlimited
-queue (``IN_LANE_CLAIM``), beside the claims in its other lanes.
+one of its lanes instead (``TAKE_LANE``), counts its running runs once the
+lane is held (``FREE_IN_LANE``), and claims as for an unlimited queue,
+beside the claims in its other lanes.
 """
 
 from __future__ import annotations
@@ -87,35 +88,61 @@ HAND_OVER_COUNTED = _counted(",\n        (SELECT count(*) FROM done WHERE done.q
 #: that a count made once its lane is held, with ``sql.QUEUE_LANES`` times as
 #: many slots free, keeps every claim in a lane within the limit.
 LANE_CLAIM = 64
-#: The one restricted queue a claim serves (``%(queues)s``, NULL: every queue),
-#: if it is the only one, is not paused, has a concurrency limit and no other
-#: limit, and has ``sql.QUEUE_LANES`` times ``LANE_CLAIM`` slots free; else NULL.
-FAR_FROM_LIMIT = f"""SELECT CASE WHEN count(*) = 1 AND bool_and(
-        NOT q.paused AND q.key_concurrency IS NULL AND q.rate_limit IS NULL AND q.key_rate_limit IS NULL
-        AND q.concurrency - {sql.QUEUE_LANES * LANE_CLAIM}
-            >= (SELECT count(*) FROM workflows AS w WHERE w.status = 'running' AND w.queue = q.name))
-    THEN min(q.name) END AS name
-FROM workflow_queues AS q
+#: The free slots a claim in a lane keeps beside the claims in the other lanes.
+LANE_MARGIN = sql.QUEUE_LANES * LANE_CLAIM
+#: A queue ``q`` whose only rule is a concurrency limit, and ``q``'s running runs.
+_LANE_RULES = "NOT q.paused AND q.key_concurrency IS NULL AND q.rate_limit IS NULL AND q.key_rate_limit IS NULL"
+_RUNNING = "(SELECT count(*) FROM workflows AS w WHERE w.status = 'running' AND w.queue = q.name)"
+#: The restricted queues a claim serves (``%(queues)s``, NULL: every queue).
+_RESTRICTED = f"""FROM workflow_queues AS q
 WHERE {sql.SERVED_QUEUES} AND (paused OR {sql.HAS_LIMIT})"""
-#: ``FAR_FROM_LIMIT``'s queue, once one of its lanes is held: the first free
-#: from this backend's own. NULL, holding none, when no queue is far from its
-#: limit or every lane is taken (by claims in lanes, or by one in its turn:
-#: ``sql.LOCK_QUEUES`` takes them all). ``OFFSET 0`` keeps ``far.name IS NOT
-#: NULL`` out of the aggregate, where it would be a filter that counts again.
-TAKE_LANE = f"""
-SELECT far.name FROM ({FAR_FROM_LIMIT}
+
+
+def _far_from_limit(far: str) -> str:
+    """The one restricted queue a claim serves, if it is the only one, is not
+    paused, has a concurrency limit and no other limit, and ``far`` holds of it; else NULL."""
+    return f"""SELECT CASE WHEN count(*) = 1 AND bool_and(
+        {_LANE_RULES}
+        AND {far})
+    THEN min(q.name) END AS name
+{_RESTRICTED}"""
+
+
+def _take_lane(far: str) -> str:
+    """``_far_from_limit(far)``'s queue, once one of its lanes is held: the
+    first free from this backend's own. NULL, holding none, when no queue is
+    far from its limit or every lane is taken (by claims in lanes, or by one
+    in its turn: ``sql.LOCK_QUEUES`` takes them all). ``OFFSET 0`` keeps
+    ``far.name IS NOT NULL`` out of the aggregate, where it would be a filter
+    that counts again."""
+    return f"""
+SELECT far.name FROM ({_far_from_limit(far)}
 OFFSET 0) AS far
 WHERE far.name IS NOT NULL AND EXISTS (
     SELECT FROM generate_series(0, {sql.QUEUE_LANES - 1}) AS lane
     WHERE pg_try_advisory_xact_lock(%(space)s + 1 + (pg_backend_pid() + lane) % {sql.QUEUE_LANES}, hashtext(far.name))
 )
 """
-#: ``sql.COMPLETE_AND_CLAIM`` in a lane of queue ``%(lane_queue)s``
-#: (``TAKE_LANE``): it claims nothing unless that queue is still far from its
-#: limit, counted in this statement's snapshot, taken with the lane held.
-_CANDIDATES = "WHERE status = 'pending' AND (run_after"
-if _CANDIDATES not in sql.COMPLETE_AND_CLAIM:  # without its count, a claim in a lane could pass the limit
-    raise RuntimeError("IN_LANE_CLAIM: sql.COMPLETE_AND_CLAIM lacks the candidates' filter it adds its count to")
-IN_LANE_CLAIM = sql.COMPLETE_AND_CLAIM.replace(
-    _CANDIDATES, f"WHERE status = 'pending' AND ({FAR_FROM_LIMIT}) = %(lane_queue)s AND (run_after"
-)
+
+
+#: A lane of the queue a claim serves, if it has ``LANE_MARGIN`` slots free
+#: (``sql.QUEUE_LANES`` times ``LANE_CLAIM``), counted before the lane is taken.
+TAKE_LANE = _take_lane(f"q.concurrency - {LANE_MARGIN} >= {_RUNNING}")
+#: ``TAKE_LANE`` uncounted, for a backend whose last count found the queue
+#: far from its limit by ``FAR_MEMO_MARGIN``: the count once the lane is held
+#: (``FREE_IN_LANE``) is the one the limit needs, and it is made either way.
+TAKE_LANE_UNCOUNTED = _take_lane(f"q.concurrency >= {LANE_MARGIN}")
+#: The slots of lane queue ``%(lane_queue)s`` free, in this statement's
+#: snapshot, if it is still the only restricted queue served and has a
+#: concurrency limit and no other limit; else NULL. A claim in the lane takes
+#: runs only if they are at least ``LANE_MARGIN``.
+FREE_IN_LANE = f"""SELECT CASE WHEN count(*) = 1 AND bool_and({_LANE_RULES}) AND min(q.name) = %(lane_queue)s
+    THEN min(q.concurrency - {_RUNNING}) END
+{_RESTRICTED}"""
+#: The free slots a backend's count must find for its next claim to skip
+#: ``TAKE_LANE``'s count: twice the margin, so that a queue filling up makes
+#: that claim count first again well before a lane can no longer claim.
+FAR_MEMO_MARGIN = 2 * LANE_MARGIN
+#: The session setting that holds it: ``far:`` and the queues claimed from
+#: (``%(queues)s``, ``*`` for every queue) when the last count found them so.
+FAR_MEMO = "orchestration.far_from_limit"

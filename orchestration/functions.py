@@ -126,26 +126,53 @@ def _counted_claim_body() -> str:
     Far from the limit it takes no turn at all: a claim of at most
     ``counted_sql.LANE_CLAIM`` runs, when the only restricted queue served has
     a concurrency limit alone and ``sql.QUEUE_LANES`` times that many slots
-    free, takes a free lane of the queue (``counted_sql.TAKE_LANE``) and claims
-    as an unlimited queue's (``counted_sql.IN_LANE_CLAIM``). A claim in its
-    turn holds every lane, so none runs beside it; at most ``QUEUE_LANES``
-    claims in lanes are uncommitted at once, each of at most ``LANE_CLAIM``
-    runs, so the count each makes once its lane is held keeps all of them
-    within the limit. Should that count find the queue no longer far from it,
-    the claim takes nothing (the next, counting first, takes its turn).
-    ``p_lane_queue`` is a variable, named as ``TAKE_LANE``'s parameter."""
+    free, takes a free lane of the queue (``counted_sql.TAKE_LANE``), counts
+    the slots free again once the lane is held (``counted_sql.FREE_IN_LANE``),
+    and claims as an unlimited queue's (``sql.COMPLETE_AND_CLAIM``). A claim
+    in its turn holds every lane, so none runs beside it; at most
+    ``QUEUE_LANES`` claims in lanes are uncommitted at once, each of at most
+    ``LANE_CLAIM`` runs, so the count each makes once its lane is held keeps
+    all of them within the limit. Should that count find the queue no longer
+    far from it, the claim only completes its runs (the next, counting
+    first, takes its turn).
+
+    The count before the lane only keeps claims near the limit out of the
+    lanes. A backend whose last count in a lane found the queue far from it
+    by ``counted_sql.FAR_MEMO_MARGIN`` skips it (``TAKE_LANE_UNCOUNTED``),
+    and so counts once a claim; it notes so in the session setting
+    ``counted_sql.FAR_MEMO``, which a rolled-back claim leaves as it was.
+    ``p_lane_queue`` is a variable, named as ``FREE_IN_LANE``'s parameter."""
     lock, try_lock = _lock_query(sql.LOCK_QUEUES), _lock_query(sql.TRY_LOCK_QUEUES)
-    lane = _in_function(counted_sql.TAKE_LANE.replace("%(space)s", str(sql.QUEUE_LOCK_SPACE))).strip()
+
+    def lane(statement: str) -> str:
+        return _in_function(statement.replace("%(space)s", str(sql.QUEUE_LOCK_SPACE))).strip()
+
+    memo, claim = counted_sql.FAR_MEMO, _in_function(sql.COMPLETE_AND_CLAIM)
     return f"""
 #variable_conflict use_column
 DECLARE
     v_in_turn boolean := p_limited_room > cardinality(p_ids::uuid[]);
+    v_far_memo text := 'far:' || COALESCE(p_queues, '*');
+    v_far_before boolean;
+    v_free bigint;
     p_lane_queue text;
 BEGIN
     IF p_limit <= {counted_sql.LANE_CLAIM} AND p_limited_room >= p_limit THEN
-        p_lane_queue := ({lane});
+        v_far_before := current_setting('{memo}', true) IS NOT DISTINCT FROM v_far_memo;
+        IF v_far_before THEN
+            p_lane_queue := ({lane(counted_sql.TAKE_LANE_UNCOUNTED)});
+        ELSE
+            p_lane_queue := ({lane(counted_sql.TAKE_LANE)});
+        END IF;
         IF p_lane_queue IS NOT NULL THEN
-            RETURN QUERY{_in_function(counted_sql.IN_LANE_CLAIM)};
+            v_free := ({_in_function(counted_sql.FREE_IN_LANE).strip()});
+            IF COALESCE(v_free >= {counted_sql.FAR_MEMO_MARGIN}, false) <> v_far_before THEN
+                PERFORM set_config('{memo}', CASE WHEN v_far_before THEN '' ELSE v_far_memo END, false);
+            END IF;
+            IF NOT COALESCE(v_free >= {counted_sql.LANE_MARGIN}, false) THEN
+                p_limit := 0;
+            END IF;
+            RETURN QUERY{claim};
             RETURN;
         END IF;
     END IF;

@@ -297,8 +297,12 @@ def test_claim__far_from_the_limit__waits_for_a_claim_in_its_turn():
 
 
 @pytest.mark.django_db(transaction=True)
-def test_claim__claims_in_flight_side_by_side_near_the_limit__take_no_more_than_it__and_fill_it():
-    limit = sql.QUEUE_LANES * counted_sql.LANE_CLAIM + 5
+@pytest.mark.parametrize(
+    "limit",
+    [counted_sql.LANE_MARGIN + 5, counted_sql.FAR_MEMO_MARGIN + counted_sql.LANE_MARGIN + 5],
+    ids=["near from the start", "far, then near"],
+)
+def test_claim__claims_in_flight_side_by_side_near_the_limit__take_no_more_than_it__and_fill_it(limit: int):
     start_workflows("fc_noop", range(limit + 100))
     set_queue_limits("fc", concurrency=limit)
     start = threading.Barrier(sql.QUEUE_LANES + 2)
@@ -319,6 +323,41 @@ def test_claim__claims_in_flight_side_by_side_near_the_limit__take_no_more_than_
     for thread in threads:
         thread.join()
     assert running("fc") == limit
+
+
+def running_index_scans() -> int:
+    """The scans of ``idx_workflows_running`` (the running runs' index) this
+    backend has made and not yet reported, the current transaction's among them."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_stat_get_xact_numscans('idx_workflows_running'::regclass)")
+        return cursor.fetchone()[0]
+
+
+def counted_claim(limit: int) -> tuple[int, int]:
+    """The runs a claim took, and how often it counted the running runs."""
+    with transaction.atomic():
+        before = running_index_scans()
+        runs = claim(limit=limit)
+        return len(runs), running_index_scans() - before
+
+
+@pytest.mark.django_db(transaction=True)
+def test_claim_in_a_lane__after_one_that_found_the_queue_far_from_its_limit__counts_its_running_runs_once():
+    start_workflows("fc_noop", range(10))
+    set_queue_limits("fc", concurrency=1000)
+    assert counted_claim(3) == (3, 2)  # before its lane, and once it holds it
+    assert counted_claim(3) == (3, 1)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_claim_in_a_lane__after_the_limit_is_lowered_within_a_lanes_margin__takes_its_turn():
+    start_workflows("fc_noop", range(10))
+    set_queue_limits("fc", concurrency=1000)
+    claim(limit=3)
+    set_queue_limits("fc", concurrency=3 + counted_sql.LANE_MARGIN - 1)
+    assert counted_claim(3) == (0, 1)  # its lane's count finds the queue too near its limit
+    assert counted_claim(3) == (3, 2)  # before its lane, then in its turn
+    assert running("fc") == 6
 
 
 def test_claim__a_hand_over__takes_none_while_the_queue_runs_over_a_lowered_limit():
@@ -436,6 +475,13 @@ def test_taking_a_lane__counts_the_queues_running_runs_once():
     start_workflows("fc_noop", range(3))
     set_queue_limits("fc", concurrency=1000)
     plan = generic_plan(counted_sql.TAKE_LANE, {"queues": None, "space": sql.QUEUE_LOCK_SPACE})
+    assert len(re.findall(r" on workflows ", plan)) == 1, plan
+
+
+def test_counting_in_a_lane__counts_the_queues_running_runs_once():
+    start_workflows("fc_noop", range(3))
+    set_queue_limits("fc", concurrency=1000)
+    plan = generic_plan(counted_sql.FREE_IN_LANE, {"queues": None, "lane_queue": "fc"})
     assert len(re.findall(r" on workflows ", plan)) == 1, plan
 
 

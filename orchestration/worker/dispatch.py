@@ -262,17 +262,16 @@ class Dispatcher:
                 claim = None
             else:
                 claim = self._become_claimer(claiming_runs=True, idle=idle)
-        if claim is None:
-            self.wake(announced)
-            return
         try:
-            self._claim_round(*claim)
+            if claim is not None:
+                self._claim_round(*claim)
+                return
         except CONNECTION_ERRORS:
             self.wake(announced)
             raise  # the listener reconnects
         except Exception:
             logger.exception("worker %s: claiming announced work failed; threads claim instead", self.worker_id)
-            self.wake(announced)
+        self.wake(announced)
 
     # -- idle threads ------------------------------------------------------------------
 

@@ -296,13 +296,10 @@ class WorkflowStep(models.Model):
     class Meta:
         db_table = "workflow_steps"
         ordering = ["workflow", "step_number"]
-        indexes = [
-            models.Index(fields=["workflow", "step_number"], name="idx_workflow_steps_lookup"),
-        ]
         constraints = [
-            models.UniqueConstraint(
-                fields=["workflow", "step_number"], name="workflow_steps_workflow_id_step_number_key"
-            ),
+            # The seed's UNIQUE(workflow_id, step_number), under the name of its
+            # idx_workflow_steps_lookup, which was the same index twice (migration 0018).
+            models.UniqueConstraint(fields=["workflow", "step_number"], name="idx_workflow_steps_lookup"),
         ]
 
     def __str__(self) -> str:

@@ -3,6 +3,7 @@
 import json
 
 import pytest
+from django.core.management import call_command
 from django.db import connection
 
 from orchestration import stats
@@ -104,6 +105,22 @@ def test_seed_monitoring_queries_run_verbatim_and_match_the_stats_module():
 def test_seed_indexes_exist():
     names = set(fetch("SELECT indexname FROM pg_indexes WHERE tablename IN ('workflows', 'workflow_steps')"))
     assert {("idx_workflows_status",), ("idx_workflow_steps_lookup",), ("idx_workflows_claim",)} <= names
+
+
+def test_step_lookup_index__is_the_unique_constraints_and_the_only_one_of_its_columns():
+    indexes = fetch(
+        "SELECT indexname, indexdef FROM pg_indexes WHERE tablename = 'workflow_steps' "
+        "AND indexdef LIKE '%(workflow_id, step_number)'"
+    )
+    assert [name for name, _ in indexes] == ["idx_workflow_steps_lookup"]
+    assert "CREATE UNIQUE INDEX" in indexes[0][1]
+    assert fetch("SELECT conname FROM pg_constraint WHERE conrelid = 'workflow_steps'::regclass AND contype = 'u'") == [
+        ("idx_workflow_steps_lookup",)
+    ]
+
+
+def test_models__have_every_migration_they_need():
+    call_command("makemigrations", "orchestration", check=True, dry_run=True, verbosity=0)
 
 
 def test_claim_index_is_partial_on_pending_rows():

@@ -258,7 +258,8 @@ class WorkflowContext:
 
     def wait_for(self, handles: Sequence[ChildHandle]) -> list[Any]:
         """Wait until every child finished; return their outputs in the order of
-        ``handles``. A failed or cancelled child fails this workflow with its error."""
+        ``handles``, one for each handle (a child listed twice gives its output
+        twice). A failed or cancelled child fails this workflow with its error."""
         ids = [handle.workflow_id for handle in handles]
         name = f"wait for {len(ids)} children"
         number, recorded = self._next(name)
@@ -277,7 +278,8 @@ class WorkflowContext:
             error = ChildWorkflowFailed(f"Child workflow {handle.workflow_id} ({handle.workflow_type}) {why}")
             self._record_step_failure(number, name, error, None)
             raise error
-        finished = sum(1 for child in outcomes.values() if child["status"] == WorkflowStatus.COMPLETED)
+        # Counted over ``ids``, not the rows: a child listed twice is two of them.
+        finished = sum(1 for child_id in ids if outcomes[child_id]["status"] == WorkflowStatus.COMPLETED)
         if finished == len(ids):
             outputs = [outcomes[child_id]["output_data"] for child_id in ids]
             self._run.complete_step(number, outputs)

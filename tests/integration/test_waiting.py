@@ -108,6 +108,13 @@ def test_children__are_started_once_and_their_outputs_returned_in_order():
     }
 
 
+def test_wait_for__a_child_listed_twice_returns_its_output_twice():
+    parent = start_workflow("waits_for_one_child_twice")
+    assert drain(max_runs=10) == ["waiting", "completed", "completed"]
+    parent.refresh_from_db()
+    assert (parent.status, parent.output_data) == ("completed", [9, 9])
+
+
 def test_children__the_waiting_parent_is_woken_when_a_child_finishes():
     parent = start_workflow("fan_out", {"children": 1})
     from orchestration.worker import execute

@@ -136,6 +136,12 @@ def fan_out(ctx: Any, data: dict[str, Any]) -> Any:
     return ctx.wait_for(children)
 
 
+@workflow("waits_for_one_child_twice", max_retries=0)
+def waits_for_one_child_twice(ctx: Any, data: Any) -> Any:
+    child = ctx.start_child("square", {"n": 3})
+    return ctx.wait_for([child, child])
+
+
 def book_entry(ctx: Any, amount: int, marker: str | None) -> dict[str, int]:
     from pathlib import Path
 

@@ -84,8 +84,10 @@ async def _contained(body: Any) -> Any:
         return _Escaped(exc)
 
 
-def _cancelled(exc: BaseException) -> bool:
-    """Whether ``exc`` is the cancellation of the current task, not one a step body raised of its own."""
+def cancelled(exc: BaseException) -> bool:
+    """Whether ``exc`` is the cancellation of the current task (its loop is
+    closing), not a ``CancelledError`` the workflow's own code raised: awaiting a
+    task someone else cancelled raises one without cancelling this task."""
     task = asyncio.current_task()
     return isinstance(exc, asyncio.CancelledError) and task is not None and task.cancelling() > 0
 
@@ -172,7 +174,7 @@ class AsyncWorkflowContext(WorkflowContext):
         except ControlFlow:
             raise
         except BaseException as exc:
-            if _cancelled(exc):  # the run itself was cancelled (its process is closing): nothing more is written
+            if cancelled(exc):  # the run itself was cancelled (its process is closing): nothing more is written
                 raise
             await self._on_thread(self._record_step_failure)(number, name, exc, started)
             raise

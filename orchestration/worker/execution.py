@@ -7,7 +7,6 @@ lease, and a lease found lost ends it with nothing more written.
 
 from __future__ import annotations
 
-import asyncio
 import enum
 import json
 import time
@@ -90,9 +89,9 @@ async def execute_async(
         definition, ctx, argument = await on_thread(_prepare)(run, should_release, on_thread)
         result = await async_context.watched(run, definition.function(ctx, argument))
         return cast(Outcome, await on_thread(_returned)(run, result, started, None))
-    except asyncio.CancelledError:
-        raise  # the loop is closing: the run is released, or reclaimed, as the process's other runs
     except BaseException as exc:
+        if async_context.cancelled(exc):
+            raise  # the loop is closing: the run is released, or reclaimed, as the process's other runs
         return cast(Outcome, await on_thread(_ended)(run, ctx, exc, started))
 
 

@@ -89,3 +89,12 @@ def test_async_runs__beyond_the_loops_room_run_on_the_threads_and_one_raising_sy
     assert 2 <= most_at_once(1) <= 3  # two in the loop, one on the thread
     exits.refresh_from_db()
     assert exits.status == "failed" and "SystemExit: a step that calls sys.exit" in exits.error_message
+
+
+def test_async_step__raising_a_cancelled_error_of_its_own_fails_the_attempt_which_is_retried(workers):
+    run = start_workflow("async_awaits_a_cancelled_task")
+    workers.append(start_workers("--concurrency", "1", "--poll-interval", "0.2"))
+    assert wait_for(lambda: Workflow.objects.get(pk=run.pk).status == "completed", timeout=20)
+    run.refresh_from_db()
+    assert (run.attempts, run.output_data) == (2, {"attempt": 2})
+    assert "CancelledError" in run.error_history[0]["message"]

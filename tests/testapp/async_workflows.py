@@ -62,6 +62,20 @@ async def async_cancellable(ctx: Any, data: Any) -> Any:
     return await ctx.step("wait", wait_to_be_cancelled, ctx)
 
 
+async def await_a_cancelled_task(ctx: Any) -> dict[str, int]:
+    """On the first attempt, raise a ``CancelledError`` of its own: that of a task someone else cancelled."""
+    if ctx.attempt == 1:
+        task = asyncio.ensure_future(asyncio.sleep(60))
+        task.cancel()
+        await task
+    return {"attempt": ctx.attempt}
+
+
+@workflow("async_awaits_a_cancelled_task", max_retries=1)
+async def async_awaits_a_cancelled_task(ctx: Any, data: Any) -> Any:
+    return await ctx.step("await", await_a_cancelled_task, ctx)
+
+
 @workflow("sync_with_an_async_step", max_retries=3)
 def sync_with_an_async_step(ctx: Any, data: Any) -> Any:
     """A plain workflow given an async step by mistake."""

@@ -17,6 +17,7 @@ from . import logs, observe, waits
 from .api import start_workflow
 from .conf import conf
 from .errors import (
+    CONNECTION_ERRORS,
     ChildWorkflowFailed,
     ControlFlow,
     DeadlineExceeded,
@@ -190,8 +191,13 @@ class WorkflowContext:
         except ControlFlow:
             raise
         except BaseException as exc:
-            self._record_step_failure(number, name, exc, started)
-            raise
+            recorded = run.recorded_step(number) if isinstance(exc, CONNECTION_ERRORS) else None
+            if recorded is None or recorded.status != StepStatus.COMPLETED:
+                self._record_step_failure(number, name, exc, started)
+                raise
+            # The COMMIT reached the database and only its reply was lost: the
+            # step took effect, and failing it now would run it a second time.
+            output = recorded.output
         self._completed(number, name, output, started)
         return output
 

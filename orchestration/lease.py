@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple, NoReturn, TypeVar
 
 from django.db import DatabaseError, connections, transaction
-from django.db.models import Func, JSONField, Value
+from django.db.models import F, Func, JSONField, Q, Value
 from django.db.models.functions import Coalesce, Now
 
 from . import sql, transitions, waits
@@ -164,6 +164,12 @@ class Lease:
             return {}
         rows = _steps().filter(workflow_id=self.id).values_list("step_number", "step_name", "status", "output_data")
         return {number: RecordedStep(number, name, status, output) for number, name, status, output in rows}
+
+    @_through_outages
+    def recorded_step(self, number: int) -> RecordedStep | None:
+        row = _steps().filter(workflow_id=self.id, step_number=number).values_list("step_name", "status", "output_data")
+        found = row.first()
+        return RecordedStep(number, *found) if found is not None else None
 
     @_through_outages
     def recorded_patches(self) -> dict[str, int]:
@@ -310,18 +316,23 @@ class Lease:
     @_through_outages
     def take_event(self, number: int, name: str) -> tuple[bool, Any]:
         """Consume the oldest unconsumed event ``name`` and checkpoint it as step
-        ``number`` in one transaction. Returns (found, payload)."""
+        ``number`` in one transaction. Returns (found, payload).
+
+        An event this step already consumed is returned again instead: a retry
+        after a COMMIT whose reply was lost must not consume a second one."""
         events = WorkflowEvent.objects.using(conf.DATABASE)
         with transaction.atomic(using=conf.DATABASE):
             event = (
                 events.select_for_update()
-                .filter(workflow_id=self.id, name=name, consumed_by_step__isnull=True)
-                .order_by("id")
-                .values("id", "payload")
+                .filter(Q(consumed_by_step__isnull=True) | Q(consumed_by_step=number), workflow_id=self.id, name=name)
+                .order_by(F("consumed_by_step").asc(nulls_last=True), "id")
+                .values("id", "payload", "consumed_by_step")
                 .first()
             )
             if event is None:
                 return False, None
+            if event["consumed_by_step"] is not None:
+                return True, event["payload"]  # consumed with its checkpoint, in one transaction
             events.filter(pk=event["id"]).update(consumed_by_step=number)
             # Fenced: a lost lease rolls the consumption back with the checkpoint.
             self.complete_step(number, {"event_id": event["id"], "payload": event["payload"]})

@@ -15,9 +15,8 @@ from collections.abc import Iterable
 from typing import Any
 
 from django.db import transaction
-from django.utils import timezone
 
-from . import enqueue, tracing
+from . import clock, enqueue, tracing
 from .conf import conf
 from .errors import InvalidTransition, InvalidWorkflowInput
 from .inputs import as_json
@@ -79,7 +78,7 @@ def start_workflow(
     """
     scope, window = validate_key_scope(idempotency_key, unique_while_active, debounce, run_after)
     if window is not None:
-        run_after = timezone.now() + window
+        run_after = clock.now() + window
     options = _new_workflow_options(
         workflow_type,
         idempotency_key=idempotency_key,
@@ -245,7 +244,7 @@ def _new_workflow_options(
     limit = validate_timeout(definition.timeout if timeout is None else timeout)
     options = dict(
         workflow_type=workflow_type,
-        deadline=timezone.now() + limit if limit is not None else None,
+        deadline=clock.now() + limit if limit is not None else None,
         timeout=limit,
         run_after=run_after,
         queue=queue,

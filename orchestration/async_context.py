@@ -32,7 +32,7 @@ from typing import Any
 
 from asgiref.sync import async_to_sync, sync_to_async
 
-from . import observe
+from . import clock, observe
 from .context import ChildHandle, WorkflowContext
 from .errors import ControlFlow, DeadlineExceeded, LeaseLost, PermanentError, StepTimeout
 from .lease import Lease
@@ -95,7 +95,7 @@ def cancelled(exc: BaseException) -> bool:
 def _deadline(run: Lease) -> list[tuple[float, str]]:
     if run.deadline is None:
         return []
-    return [(time.monotonic() + (run.deadline - datetime.datetime.now(datetime.UTC)).total_seconds(), "deadline")]
+    return [(time.monotonic() + (run.deadline - clock.now(reread=False)).total_seconds(), "deadline")]
 
 
 async def _within(run: Lease, body: Any, ends: list[tuple[float, str]], expired: Callable[[str], BaseException]) -> Any:

@@ -11,9 +11,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db import transaction
-from django.utils import timezone
 
-from . import logs, observe, waits
+from . import clock, logs, observe, waits
 from .api import start_workflow
 from .conf import conf
 from .errors import (
@@ -55,8 +54,9 @@ class ChildHandle:
     workflow_type: str
 
 
-# A timer due within this margin counts as due: worker and database clocks differ slightly.
-_CLOCK_MARGIN = datetime.timedelta(milliseconds=50)
+#: A timer due within this many seconds is waited out in place: cheaper than a
+#: suspend and a claim. It never ends before its moment.
+WAIT_IN_PLACE = 0.05
 
 
 class WorkflowContext:
@@ -208,9 +208,9 @@ class WorkflowContext:
         number, recorded = self._next(name)
         if recorded is not None and recorded.status == StepStatus.COMPLETED:
             return
-        wake_at = self._wait_started(number, name, recorded, "wake_at", timezone.now() + duration)
+        wake_at = self._wait_started(number, name, recorded, "wake_at", lambda now: now + duration)
         assert wake_at is not None
-        if timezone.now() + _CLOCK_MARGIN >= wake_at:
+        if _reached(wake_at):
             details = {"wake_at": wake_at.isoformat()}
             self._run.complete_step(number, details)
             self._completed(number, name, details, None)
@@ -231,17 +231,24 @@ class WorkflowContext:
         number, recorded = self._next(name)
         if recorded is not None and recorded.status == StepStatus.COMPLETED:
             return self._event_outcome(name, recorded.output)
-        deadline = timezone.now() + limit if limit is not None else None
-        timeout_at = self._wait_started(number, name, recorded, "timeout_at", deadline, extra={"event": name})
+        ends = (lambda now: now + limit) if limit is not None else None
+        timeout_at = self._wait_started(number, name, recorded, "timeout_at", ends, extra={"event": name})
         run = self._run
-        found, payload = run.take_event(number, name)
-        if found:
-            self._completed(number, name, {"payload": payload}, None)
-            return payload
-        if timeout_at is not None and timezone.now() + _CLOCK_MARGIN >= timeout_at:
-            details = {"event": name, "timed_out": True}
-            run.complete_step(number, details)
-            return self._event_outcome(name, details)
+        while True:
+            found, payload = run.take_event(number, name)
+            if found:
+                self._completed(number, name, {"payload": payload}, None)
+                return payload
+            if timeout_at is None:
+                break
+            left = _left(timeout_at)
+            if left <= 0:
+                details = {"event": name, "timed_out": True}
+                run.complete_step(number, details)
+                return self._event_outcome(name, details)
+            if left > WAIT_IN_PLACE:
+                break
+            time.sleep(left)  # then look for the event once more: it may have come meanwhile
         raise Suspend(timeout_at, Wait.event(name), ready=lambda: waits.has_unconsumed_event(run.id, name))
 
     def start_child(self, workflow_type: str, input_data: Any = None, **options: Any) -> ChildHandle:
@@ -332,16 +339,18 @@ class WorkflowContext:
         name: str,
         recorded: RecordedStep | None,
         key: str | None,
-        default: datetime.datetime | None,
+        ends: Callable[[datetime.datetime], datetime.datetime] | None,
         extra: dict[str, Any] | None = None,
     ) -> datetime.datetime | None:
-        """The wait's recorded limit (``key`` in its details); the first time, ``default``, recorded."""
+        """The wait's recorded limit (``key`` in its details); the first time,
+        ``ends(the database's clock now)`` (None: no limit), recorded."""
         details = recorded.output if recorded is not None and isinstance(recorded.output, dict) else None
         if details is not None and (key is None or key in details):
             value = details.get(key) if key else None
             return datetime.datetime.fromisoformat(value) if value else None
         self._check_boundary()
         details = {**(extra or {})}
+        default = ends(clock.database_now()) if ends is not None else None
         if key is not None:
             details[key] = default.isoformat() if default else None
         self._run.record_wait(number, name, details)
@@ -368,7 +377,7 @@ class WorkflowContext:
         run = self._run
         deadline = None
         if run.deadline is not None:
-            deadline = time.monotonic() + (run.deadline - timezone.now()).total_seconds()
+            deadline = time.monotonic() + (run.deadline - clock.now()).total_seconds()
         thread_name = f"orchestration-step {run.id} {number}"
         try:
             return call_within(
@@ -427,7 +436,7 @@ class WorkflowContext:
             raise LeaseLost(f"Workflow {self._run.id} is no longer held by this worker.")
         if self._should_release():
             raise ReleaseRequested()
-        if self._run.deadline is not None and timezone.now() >= self._run.deadline:
+        if self._run.deadline is not None and clock.now() >= self._run.deadline:
             raise DeadlineExceeded(f"Workflow {self._run.id} is past its deadline {self._run.deadline.isoformat()}.")
 
 
@@ -437,6 +446,23 @@ ATOMIC_STEP_IS_SYNC = (
     "atomic_step runs a plain function inside transaction.atomic() (an async one cannot share it); "
     "use ctx.step for an async body"
 )
+
+
+def _left(moment: datetime.datetime) -> float:
+    """Seconds from the database's clock now until ``moment``."""
+    return (moment - clock.database_now()).total_seconds()
+
+
+def _reached(moment: datetime.datetime) -> bool:
+    """Whether the database's clock has reached ``moment``, waiting here for
+    one due within ``WAIT_IN_PLACE``; never before it."""
+    while True:
+        left = _left(moment)
+        if left <= 0:
+            return True
+        if left > WAIT_IN_PLACE:
+            return False
+        time.sleep(left)
 
 
 def _step_json(number: int, name: str, result: Any) -> tuple[Any, str]:

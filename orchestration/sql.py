@@ -33,6 +33,10 @@ QUEUE_LOCK_SPACE = 0x716C696D  # "qlim"
 #: from the queue's limit take one and not its turn (``counted_sql.TAKE_LANE``).
 QUEUE_LANES = 4
 
+#: The database's clock, the engine's one clock (see ``clock``): the moment
+#: this statement started, as the claim's ``run_after <= statement_timestamp()`` reads it.
+DATABASE_NOW = "SELECT statement_timestamp()"
+
 LISTEN = f"LISTEN {NOTIFY_CHANNEL}"
 NOTIFY = "SELECT pg_notify(%s, %s)"
 TRY_RECLAIM_LOCK = "SELECT pg_try_advisory_xact_lock(%s)"

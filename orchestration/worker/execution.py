@@ -14,9 +14,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any, cast
 
-from django.utils import timezone
-
-from .. import async_context, logs, observe
+from .. import async_context, clock, logs, observe
 from ..async_context import AsyncWorkflowContext
 from ..claims import FinishedRun
 from ..context import WorkflowContext
@@ -99,7 +97,7 @@ def _prepare(
     run: Lease, should_release: Callable[[], bool], on_thread: async_context.OnThread | None = None
 ) -> tuple[WorkflowDefinition, WorkflowContext, Any]:
     """The run's definition, its ``ctx`` (async ones given ``on_thread``) and its argument."""
-    if run.deadline is not None and timezone.now() >= run.deadline:
+    if run.deadline is not None and clock.now() >= run.deadline:
         raise DeadlineExceeded()
     definition = get_workflow(run.workflow_type)
     options: dict[str, Any] = {"should_release": should_release, "step_timeout": definition.step_timeout}

@@ -7,7 +7,14 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from orchestration import InvalidTransition, InvalidWorkflowInput, cancel_workflow, retry_workflow, start_workflow
+from orchestration import (
+    InvalidTransition,
+    InvalidWorkflowInput,
+    cancel_workflow,
+    clock,
+    retry_workflow,
+    start_workflow,
+)
 from orchestration.listing import search_q
 from orchestration.models import Workflow
 from tests.support import drain
@@ -54,14 +61,14 @@ def test_decorated_workflow__start_takes_the_same_options():
 
 
 def test_debounce__starts_within_the_window_become_one_run_with_the_latest_input_due_at_its_end():
-    before = timezone.now()
+    before = clock.database_now()  # a window's end is of the database's clock
     first = start_workflow("echo", {"n": 1}, idempotency_key="reindex", debounce=30)
     second = start_workflow("echo", {"n": 2}, idempotency_key="reindex", debounce=30)
     third = start_workflow("echo", {"n": 3}, idempotency_key="reindex", debounce=datetime.timedelta(seconds=30))
     assert first.pk == second.pk == third.pk and third.input_data == {"n": 3}
     row = Workflow.objects.get()
     assert row.input_data == {"n": 3}
-    assert before + datetime.timedelta(seconds=30) <= row.run_after <= timezone.now() + datetime.timedelta(seconds=30)
+    assert before + datetime.timedelta(seconds=30) <= row.run_after <= clock.now() + datetime.timedelta(seconds=30)
     assert row.run_after == first.run_after  # the window is the first start's
 
 

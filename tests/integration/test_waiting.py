@@ -27,6 +27,20 @@ def test_sleep__releases_the_workflow_until_its_wake_up_time_without_spending_an
     assert "wake_at" in nap.output_data
 
 
+def test_sleep__shorter_than_a_claim_lasts_at_least_its_duration():
+    run = start_workflow("naps_briefly", {"seconds": 0.04})
+    assert drain() == ["completed"]
+    run.refresh_from_db()
+    assert run.output_data >= 0.04
+
+
+def test_wait_for_event__with_a_short_timeout_times_out_no_earlier_than_it():
+    run = start_workflow("waits_briefly_for_an_event", {"seconds": 0.04})
+    assert drain() == ["completed"]
+    run.refresh_from_db()
+    assert run.output_data >= 0.04
+
+
 def test_sleep__resumes_after_the_timer_and_never_reruns_earlier_steps():
     workflow = start_workflow("sleeper", {"seconds": 0.3})
     assert drain() == ["waiting"]

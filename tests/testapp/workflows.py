@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from typing import Any
 
 from pydantic import BaseModel
 
-from orchestration import PermanentError, observe, workflow
+from orchestration import EventTimeout, PermanentError, observe, workflow
 
 from .models import LedgerEntry, StepRun
 
@@ -170,6 +171,29 @@ def atomic_fails(ctx: Any, data: Any) -> Any:
 @workflow("scheduled_tick", schedule="* * * * * */2")
 def scheduled_tick(ctx: Any, data: Any) -> Any:
     return ctx.step("tick", lambda: data)
+
+
+@workflow("naps_briefly", max_retries=0)
+def naps_briefly(ctx: Any, data: dict[str, float]) -> Any:
+    """How long ``ctx.sleep(seconds)`` lasted, in seconds of the worker's monotonic clock."""
+    began = ctx.step("began", time.monotonic)
+    ctx.sleep("nap", data["seconds"])
+    return ctx.step("woke", time.monotonic) - began
+
+
+@workflow("waits_briefly_for_an_event", max_retries=0)
+def waits_briefly_for_an_event(ctx: Any, data: dict[str, float]) -> Any:
+    """How long ``ctx.wait_for_event(timeout=seconds)`` waited before it timed out."""
+    began = ctx.step("began", time.monotonic)
+    with contextlib.suppress(EventTimeout):
+        ctx.wait_for_event("never sent", timeout=data["seconds"])
+    return ctx.step("gave up", time.monotonic) - began
+
+
+@workflow("monthly_bill", schedule="0 0 1 * *")
+def monthly_bill(ctx: Any, data: Any) -> Any:
+    """A tick that is always in the past: its run is started as soon as a scheduler runs."""
+    return ctx.step("charge", lambda: data)
 
 
 def fail_the_first_time(ctx: Any, decision: Any) -> dict[str, Any]:

@@ -4,9 +4,8 @@ import datetime
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.utils import timezone
 
-from orchestration import retention
+from orchestration import clock, retention
 from orchestration.management.arguments import Bounded
 from orchestration.models import FINISHED_STATUSES
 
@@ -42,7 +41,7 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         statuses = [s.strip() for value in options["status"] or [] for s in value.split(",") if s.strip()]
         try:
-            cutoff = timezone.now() - datetime.timedelta(days=options["older_than"])
+            cutoff = clock.now() - datetime.timedelta(days=options["older_than"])
         except OverflowError:
             raise CommandError(f"--older-than {options['older_than']:g} days reaches back before the year 1") from None
         try:

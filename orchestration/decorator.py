@@ -140,7 +140,7 @@ def workflow(
             concurrency_key=concurrency_key,
             input_schema=schema,
         )
-        if schedule is not None and schema is not None:
+        if schedule is not None and (schema is not None or concurrency_key is not None):
             check_scheduled_input(definition)
         register(definition)
         return definition

@@ -379,3 +379,23 @@ class QueueStart(models.Model):
 
     def __str__(self) -> str:
         return f"{self.queue} {self.started_at}"
+
+
+class ScheduleTick(models.Model):
+    """The last tick of a schedule whose run was started. Retention never
+    deletes it (``purge_workflows`` deletes runs, not these), so a tick whose
+    run was purged, or that a freshly started process has never seen, is not
+    started a second time. One row a schedule, keyed by its name (a code
+    schedule's is its workflow type)."""
+
+    name = models.CharField(max_length=200, primary_key=True)
+    last_tick = models.DateTimeField(null=True)
+    # The run started for it (no foreign key: the run may be purged, this row stays).
+    workflow_id = models.UUIDField(null=True)
+    started_at = models.DateTimeField(null=True)
+
+    class Meta:
+        db_table = "workflow_schedule_ticks"
+
+    def __str__(self) -> str:
+        return f"{self.name} {self.last_tick}"

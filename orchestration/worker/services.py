@@ -12,14 +12,13 @@ import contextlib
 import logging
 import threading
 from collections.abc import Callable
-from typing import Any
 
 from django.db import DatabaseError, connections
 
 from .. import recovery, sql, worker_rows
 from ..conf import conf
 from ..listen import notifications_arrive
-from ..schedules import scheduled_workflows, start_due_runs
+from ..schedules import Scheduler, scheduled_workflows
 from .dispatch import Dispatcher
 
 logger = logging.getLogger(__name__)
@@ -114,11 +113,11 @@ class Services:
                 return
 
     def _schedule(self) -> None:
-        """Start the run of each schedule's tick; the idempotency key makes it one run per tick."""
-        started_ticks: dict[str, Any] = {}
+        """Start the run of each schedule's tick, one run a tick (see ``schedules``)."""
+        scheduler = Scheduler()
         while True:
             try:
-                start_due_runs(started_ticks)
+                scheduler.start_due_runs()
             except Exception as exc:
                 self._failed("schedule check", exc)
             if self._stop.wait(min(1.0, self.dispatcher.poll_interval)):

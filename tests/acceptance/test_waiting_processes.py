@@ -15,7 +15,7 @@ from django.utils import timezone
 from orchestration import send_event, start_workflow
 from orchestration.models import Workflow, WorkflowStep
 from tests.acceptance.test_runworkers import wait_for
-from tests.support import run_burst, start_workers, worker_env
+from tests.support import run_burst, run_manage, start_workers, worker_env
 from tests.testapp.models import LedgerEntry
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -81,6 +81,25 @@ def test_schedule__two_worker_processes_start_exactly_one_run_per_tick(workers):
     assert len(steady) >= 3
     assert all(later - earlier == datetime.timedelta(seconds=2) for earlier, later in itertools.pairwise(steady))
     assert len(set(ticks)) == len(ticks) == runs.count()
+
+
+def test_schedule__a_tick_whose_run_was_purged_is_not_run_again_by_a_fresh_process(workers):
+    env = worker_env(ORCHESTRATION_SCHEDULER="1")
+    bills = Workflow.objects.filter(workflow_type="monthly_bill")  # its tick, the 1st of the month, has passed
+    first = start_workers("--concurrency", "2", env=env)
+    workers.append(first)
+    assert wait_for(lambda: bills.filter(status="completed").exists(), timeout=30)
+    stop(first)
+    purged = run_manage("purge_workflows", "--older-than", "0", env=env)
+    assert purged.returncode == 0 and not bills.exists(), purged.stdout + purged.stderr
+    earlier = list(Workflow.objects.values_list("pk", flat=True))
+    second = start_workers("--concurrency", "2", env=env)
+    workers.append(second)
+    # Two ticks of the every-2-seconds schedule started by the fresh process: it has passed over every schedule.
+    later_ticks = Workflow.objects.filter(workflow_type="scheduled_tick").exclude(pk__in=earlier)
+    assert wait_for(lambda: later_ticks.count() >= 2, timeout=30, interval=0.2)
+    stop(second)
+    assert not bills.exists()
 
 
 def test_atomic_step__killed_between_its_write_and_its_end_leaves_no_partial_write(workers):

@@ -16,7 +16,7 @@ import pytest
 from django.db import connection
 
 from orchestration import start_workflow, workflow
-from orchestration.models import StepStatus, Workflow, WorkflowStatus, WorkflowStep
+from orchestration.models import FINISHED_STATUSES, StepStatus, Workflow, WorkflowStatus, WorkflowStep
 from orchestration.worker import Worker
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -62,7 +62,7 @@ def run_until_finished(run: Workflow, timeout: float = 30) -> Workflow:
     thread.start()
     deadline = time.monotonic() + timeout
     try:
-        while Workflow.objects.get(pk=run.pk).status not in (WorkflowStatus.COMPLETED, WorkflowStatus.FAILED):
+        while Workflow.objects.get(pk=run.pk).status not in FINISHED_STATUSES:
             assert time.monotonic() < deadline, "the run did not finish"
             time.sleep(0.05)
     finally:

@@ -30,6 +30,12 @@ def sleeps_a_second(ctx: Any, data: Any) -> Any:
     return ctx.step("woke", time.monotonic) - began
 
 
+@workflow("fi_sleeps_past_its_deadline", max_retries=0, timeout=1.0)
+def sleeps_past_its_deadline(ctx: Any, data: Any) -> Any:
+    entered.append(time.monotonic())
+    ctx.sleep("nap", 60)
+
+
 @pytest.fixture
 def worker_clock_two_seconds_behind(monkeypatch: pytest.MonkeyPatch) -> None:
     wall_clock = timezone.now
@@ -44,3 +50,12 @@ def test_sleep__on_a_worker_whose_clock_is_behind__suspends_once_and_lasts_its_d
     assert run.status == WorkflowStatus.COMPLETED
     assert run.output_data >= 1.0
     assert len(entered) == 2  # the first run, then the replay once the timer is due
+
+
+def test_deadline__on_a_worker_whose_clock_is_behind__cancels_the_run_woken_for_it_at_once(
+    worker_clock_two_seconds_behind,
+):
+    entered.clear()
+    run = run_until_finished(start_workflow("fi_sleeps_past_its_deadline"))
+    assert run.status == WorkflowStatus.CANCELLED and "Deadline exceeded" in run.error_message
+    assert len(entered) == 1  # woken at its deadline, it is cancelled before its code runs again

@@ -25,6 +25,11 @@ from tests.testapp.models import LedgerEntry
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
+@workflow("fi_waits_once", max_retries=0)
+def waits_once(ctx: Any, data: Any) -> Any:
+    return ctx.wait_for_event("go")
+
+
 @workflow("fi_waits_twice", max_retries=0)
 def waits_twice(ctx: Any, data: Any) -> Any:
     return [ctx.wait_for_event("go"), ctx.wait_for_event("go")]
@@ -64,6 +69,14 @@ def reply_lost_after() -> Iterator[Callable[[str], None]]:
     finally:
         connection_created.disconnect(watch)
     assert lost.is_set(), "no reply was lost: the statement never ran"
+
+
+def test_take_event__retried_after_its_commits_reply_was_lost__returns_the_event_it_consumed(reply_lost_after):
+    run = start_workflow("fi_waits_once")
+    send_event(run.pk, "go", 1)
+    reply_lost_after('UPDATE "workflow_events" SET "consumed_by_step"')
+    run = run_until_finished(run, timeout=15)
+    assert (run.status, run.output_data) == (WorkflowStatus.COMPLETED, 1)
 
 
 def test_take_event__retried_after_its_commits_reply_was_lost__consumes_no_second_event(reply_lost_after):

@@ -19,6 +19,7 @@ from __future__ import annotations
 import datetime
 import time
 
+from django.conf import settings
 from django.db import connections
 from django.utils import timezone
 
@@ -34,7 +35,9 @@ _last_read: tuple[float, datetime.datetime] | None = None
 
 
 def database_now(alias: str | None = None) -> datetime.datetime:
-    """The database's clock now (aware, UTC), read with one query."""
+    """The database's clock now, read with one query; aware (UTC), or naive
+    in ``TIME_ZONE`` with ``USE_TZ = False``, as ``timezone.now()`` and the
+    ORM's values are."""
     global _last_read
     before = time.monotonic()
     with connections[alias or conf.DATABASE].cursor() as cursor:
@@ -44,12 +47,12 @@ def database_now(alias: str | None = None) -> datetime.datetime:
         read = timezone.make_aware(read)
     read = read.astimezone(datetime.UTC)
     _last_read = ((before + time.monotonic()) / 2, read)
-    return read
+    return _as_django(read)
 
 
 def now(*, reread: bool = True) -> datetime.datetime:
-    """The database's clock now (aware, UTC): its last reading advanced by the
-    monotonic clock, or a new reading when that one is older than ``REREAD``.
+    """The database's clock now (as ``database_now``): its last reading advanced
+    by the monotonic clock, or a new reading when that one is older than ``REREAD``.
 
     ``reread=False`` makes no query, for an event loop, where none may run:
     the last reading however old (the engine's calls off the loop read it
@@ -59,5 +62,9 @@ def now(*, reread: bool = True) -> datetime.datetime:
         if reread:
             return database_now()
         if last is None:
-            return datetime.datetime.now(datetime.UTC)
-    return last[1] + datetime.timedelta(seconds=time.monotonic() - last[0])
+            return timezone.now()
+    return _as_django(last[1] + datetime.timedelta(seconds=time.monotonic() - last[0]))
+
+
+def _as_django(moment: datetime.datetime) -> datetime.datetime:
+    return moment if settings.USE_TZ else timezone.make_naive(moment)

@@ -97,7 +97,7 @@ class Scheduler:
         """Start each schedule's latest tick not started yet. A schedule whose
         start fails is logged, once a tick, and tried again at the next pass;
         the others go on. A database outage is raised: it stops them all."""
-        now = clock.database_now()
+        now = clock.now()
         for definition in scheduled_workflows():
             assert definition.schedule is not None
             tick = latest_tick(definition.schedule, now)

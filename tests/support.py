@@ -15,6 +15,7 @@ import threading
 from collections.abc import Coroutine, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
+from urllib.parse import quote, urlencode
 
 import psycopg
 from asgiref.sync import sync_to_async
@@ -77,6 +78,20 @@ def worker_env(**extra: str) -> dict[str, str]:
     env["DATABASE_NAME"] = connection.settings_dict["NAME"]
     env.update(extra)
     return env
+
+
+def database_url(*, host: str | None = None, port: int | None = None, **options: str) -> str:
+    """A ``DATABASE_URL`` to the test database (at ``host`` and ``port`` when
+    given), with libpq ``options`` in its query string."""
+    params = connection.get_connection_params()
+    user = quote(params.get("user") or "", safe="")
+    password = quote(params.get("password") or "", safe="")
+    host = host or params.get("host") or ""
+    port = port or params.get("port")
+    netloc = f"{user}:{password}@" if password else f"{user}@"
+    netloc += quote(host, safe="") + (f":{port}" if port else "")
+    query = f"?{urlencode(options)}" if options else ""
+    return f"postgres://{netloc}/{quote(params['dbname'], safe='')}{query}"
 
 
 def database_conninfo(**overrides: str | None) -> str:

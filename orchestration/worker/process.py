@@ -28,6 +28,7 @@ from ..lease import Lease, OutagePolicy
 from ..registry import async_workflow_types
 from .dispatch import CLAIM_AHEAD_TIMEOUT, Dispatcher
 from .execution import Outcome, execute
+from .links import dead_link_seconds, dead_links_given_up
 from .loop import DATABASE_THREADS, SharedLoop
 from .services import Services, reset_connection
 
@@ -94,7 +95,15 @@ class Worker:
     def run(self) -> int:
         """Run until stopped (or, with ``burst``, until nothing is due); return
         the exit status: 0, or 1 when one of its threads died (see ``_thread_died``)."""
-        with logs.writing():  # the run lines, written by one thread (see ``logs``)
+        # The run lines are written by one thread (see ``logs``); every connection opened gives up a silent link.
+        with logs.writing(), dead_links_given_up(conf.DATABASE, conf.STUCK_AFTER) as added:
+            if added:
+                logger.info(
+                    "worker %s: a silent link to the database is given up after %gs (%s)",
+                    self.worker_id,
+                    dead_link_seconds(conf.STUCK_AFTER),
+                    ", ".join(f"{key}={value}" for key, value in added.items()),
+                )
             return self._run()
 
     def _run(self) -> int:

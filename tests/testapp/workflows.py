@@ -7,6 +7,7 @@ import os
 import time
 from typing import Any
 
+from django.db import connection
 from pydantic import BaseModel
 
 from orchestration import EventTimeout, PermanentError, observe, workflow
@@ -283,3 +284,15 @@ def start_a_shipment(ctx: Any, data: Any) -> Any:
 def reports_counting(ctx: Any, data: Any) -> Any:
     """Whether the process that runs it keeps Prometheus counters."""
     return {"counting": observe.instruments() is not None}
+
+
+@workflow("connection_parameters", max_retries=0)
+def connection_parameters(ctx: Any, names: list[str]) -> Any:
+    """The libpq parameters ``names`` of the connection its worker thread runs it on (those set)."""
+
+    def read() -> dict[str, str]:
+        connection.ensure_connection()
+        parameters = connection.connection.info.get_parameters()
+        return {name: parameters[name] for name in names if name in parameters}
+
+    return ctx.step("read", read)

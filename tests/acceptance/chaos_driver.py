@@ -58,13 +58,26 @@ class WorkerPool:
         self.env = env
         self.log_dir = log_dir
         self.started = 0
+        self.logs: dict[int, Path] = {}
         self.processes = [self._spawn() for _ in range(size)]
 
     def _spawn(self) -> subprocess.Popen[bytes]:
         self.started += 1
-        log = open(self.log_dir / f"worker-{self.started}.log", "wb")  # noqa: SIM115 (closed with the process)
+        path = self.log_dir / f"worker-{self.started}.log"
+        log = open(path, "wb")  # noqa: SIM115 (closed with the process)
         command = [sys.executable, "manage.py", "runworkers", "--concurrency", "4", "--poll-interval", "0.2"]
-        return subprocess.Popen(command, cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT)
+        process = subprocess.Popen(command, cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT)
+        self.logs[process.pid] = path
+        return process
+
+    def _wait_until_started(self, process: subprocess.Popen[bytes], timeout: float = 60) -> None:
+        """Until its signal handlers are in place (it logs "starting" after): a
+        SIGTERM while Python and Django still load ends it as SIGTERM's default does."""
+        deadline = time.monotonic() + timeout
+        while process.poll() is None and time.monotonic() < deadline:
+            if " starting: " in self.logs[process.pid].read_text(errors="replace"):
+                return
+            time.sleep(0.1)
 
     def kill_one_and_restart(self) -> None:
         index = random.randrange(len(self.processes))
@@ -74,6 +87,7 @@ class WorkerPool:
 
     def stop(self) -> list[int]:
         for process in self.processes:
+            self._wait_until_started(process)
             process.send_signal(signal.SIGTERM)
         return [process.wait(timeout=60) for process in self.processes]
 
@@ -123,6 +137,44 @@ def verify(expected: int) -> dict[str, int]:
     }
 
 
+def prepare(url: str, workflows: int, step_seconds: float) -> None:
+    """Point this process at ``url``, create the tables and ``workflows``
+    three-step workflows whose steps each sleep ``step_seconds``."""
+    os.environ.update(DATABASE_URL=url, DJANGO_SETTINGS_MODULE="tests.settings")
+    os.environ.pop("DATABASE_NAME", None)
+    os.environ.pop("TEST_DATABASE_NAME", None)
+    sys.path.insert(0, str(ROOT))
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    from orchestration.models import Workflow
+
+    call_command("migrate", run_syncdb=True, verbosity=0)
+    Workflow.objects.bulk_create(
+        Workflow(workflow_type="three_steps", input_data={"n": n, "sleep": step_seconds}) for n in range(workflows)
+    )
+
+
+def report(result: dict[str, int], workflows: int) -> list[str]:
+    """Print ``verify``'s counts; return the guarantees they break."""
+    for name, value in result.items():
+        print(f"chaos: {name:<45} {value}", flush=True)
+    problems = []
+    if result["completed"] != workflows:
+        problems.append(f"only {result['completed']} of {workflows} workflows completed")
+    if result["left running"]:
+        problems.append(f"{result['left running']} workflows left running")
+    if result["completed step rows"] != 3 * workflows or result["step rows"] != 3 * workflows:
+        problems.append("not exactly one completed row per step")
+    if result["steps with more than one row"]:
+        problems.append("duplicated step rows")
+    if result["bodies run after their checkpoint"]:
+        problems.append("a step body ran again after its checkpoint was written")
+    return problems
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--workflows", type=int, default=500)
@@ -134,23 +186,9 @@ def main(argv: list[str] | None = None) -> int:
 
     directory = Path(tempfile.mkdtemp(prefix="chaos-"))
     server, url = start_private_postgres(directory)
-    os.environ.update(DATABASE_URL=url, DJANGO_SETTINGS_MODULE="tests.settings")
-    os.environ.pop("DATABASE_NAME", None)
-    os.environ.pop("TEST_DATABASE_NAME", None)
-    sys.path.insert(0, str(ROOT))
-    import django
-
-    django.setup()
-    from django.core.management import call_command
+    prepare(url, options.workflows, options.step_seconds)
     from django.db import connections
 
-    from orchestration.models import Workflow
-
-    call_command("migrate", run_syncdb=True, verbosity=0)
-    Workflow.objects.bulk_create(
-        Workflow(workflow_type="three_steps", input_data={"n": n, "sleep": options.step_seconds})
-        for n in range(options.workflows)
-    )
     print(f"chaos: {options.workflows} three-step workflows, {options.processes} worker processes", flush=True)
 
     pool = WorkerPool(options.processes, {**os.environ, **WORKER_SETTINGS}, directory)
@@ -178,20 +216,7 @@ def main(argv: list[str] | None = None) -> int:
         flush=True,
     )
     connections.close_all()
-    result = verify(options.workflows)
-    for name, value in result.items():
-        print(f"chaos: {name:<45} {value}", flush=True)
-    problems = []
-    if result["completed"] != options.workflows:
-        problems.append(f"only {result['completed']} of {options.workflows} workflows completed")
-    if result["left running"]:
-        problems.append(f"{result['left running']} workflows left running")
-    if result["completed step rows"] != 3 * options.workflows or result["step rows"] != 3 * options.workflows:
-        problems.append("not exactly one completed row per step")
-    if result["steps with more than one row"]:
-        problems.append("duplicated step rows")
-    if result["bodies run after their checkpoint"]:
-        problems.append("a step body ran again after its checkpoint was written")
+    problems = report(verify(options.workflows), options.workflows)
     if kills == 0 or restarts == 0:
         problems.append("the run finished before any kill or database restart happened")
     if any(code != 0 for code in exit_codes):

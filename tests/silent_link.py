@@ -60,18 +60,16 @@ class SilentLink:
         self._control: socket.socket = made["control"]
         self._listener: socket.socket = made["listener"]
         self.port: int = self._listener.getsockname()[1]
-        self._set_up(True)
         threading.Thread(target=self._accept, name="silent-link-accept", daemon=True).start()
 
     def _make_namespace(self, made: dict[str, Any]) -> None:
         try:
             os.unshare(os.CLONE_NEWNET)
             made["namespace"] = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
-            made["control"] = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-            flags = self._flags(made["control"])
-            fcntl.ioctl(made["control"], _SIOCSIFFLAGS, struct.pack("16sH22x", b"lo", flags | _IFF_UP))
-            listener = socket.create_server(("127.0.0.1", 0))
-            made["listener"] = listener
+            # Sockets stay in the namespace they were made in: the interface is set through this one.
+            made["control"] = control = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            self._set_up(True, control)  # a new namespace's loopback starts down
+            made["listener"] = socket.create_server(("127.0.0.1", 0))
         except OSError as exc:
             made["error"] = exc
 
@@ -80,10 +78,12 @@ class SilentLink:
         answer = fcntl.ioctl(control, _SIOCGIFFLAGS, struct.pack("16sH22x", b"lo", 0))
         return int(struct.unpack("16sH22x", answer)[1])
 
-    def _set_up(self, up: bool) -> None:
-        flags = self._flags(self._control)
+    def _set_up(self, up: bool, control: socket.socket | None = None) -> None:
+        """Bring the namespace's loopback interface up or down."""
+        control = control or self._control
+        flags = self._flags(control)
         flags = flags | _IFF_UP if up else flags & ~_IFF_UP
-        fcntl.ioctl(self._control, _SIOCSIFFLAGS, struct.pack("16sH22x", b"lo", flags))
+        fcntl.ioctl(control, _SIOCSIFFLAGS, struct.pack("16sH22x", b"lo", flags))
 
     def url(self) -> str:
         """A ``DATABASE_URL`` to the test database through the link."""

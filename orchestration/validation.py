@@ -1,8 +1,8 @@
 """Checks on what users hand us, made before anything is written.
 
 JSON is encoded strictly (no NaN, no objects Django's encoder would quietly
-stringify) and round-tripped, so a step returns the same value on its first run
-as on every replay from its checkpoint.
+stringify) and read back as jsonb will give it (``jsonb.decode``), so a step
+returns the same value on its first run as on every replay from its checkpoint.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from typing import Any
 
 from django.utils import timezone
 
+from . import jsonb
 from .conf import conf
 from .errors import InvalidQueueLimit, InvalidWorkflowInput
 
@@ -38,24 +39,25 @@ def _named(what: Described) -> str:
     return what if isinstance(what, str) else what()
 
 
-#: The types whose values JSON reads back as themselves (a str unless it holds surrogates, see ``to_json``).
-_SELF_DECODING = frozenset({type(None), bool, int, float, str})
+#: The types whose values jsonb reads back as themselves (a str unless it holds surrogates, see ``to_json``).
+_SELF_DECODING = frozenset({type(None), bool, int, str})
 
 
 def to_json_value(value: Any, what: Described) -> Any:
-    """Return ``value`` as it will read back from jsonb, or raise naming ``what``."""
+    """Return ``value`` as it will read back from jsonb (see ``jsonb``), or raise naming ``what``."""
     return to_json(value, what)[0]
 
 
 def to_json(value: Any, what: Described) -> tuple[Any, str]:
-    """Return ``value`` as it will read back from jsonb, and as the JSON text
-    written (so that it is encoded once), or raise naming ``what``. A scalar is
-    not decoded again: it reads back as itself, but a str with a surrogate
-    pair, which decoding joins into one character."""
+    """Return ``value`` as it will read back from jsonb (keys reordered,
+    numbers as ``numeric`` prints them: see ``jsonb``), and as the JSON text
+    written (so that it is encoded once), or raise naming ``what``. A scalar
+    other than a float is not decoded again: it reads back as itself, but a
+    str with a surrogate pair, which decoding joins into one character."""
     encoded = to_json_text(value, what)
     if type(value) in _SELF_DECODING and "\\ud" not in encoded:
         return value, encoded
-    return json.loads(encoded), encoded
+    return jsonb.decode(encoded), encoded
 
 
 #: ``json.dumps(value, allow_nan=False)``, without making an encoder a call.

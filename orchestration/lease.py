@@ -254,7 +254,7 @@ class Lease:
             self.checkpoint = None
             self._drop_placeholder()
             if self.parent_id is not None:
-                waits.wake_parents([self.parent_id])
+                waits.wake_parents({self.id: self.parent_id})
 
     @_through_outages
     def fail(self, message: str, traceback: str | None, *, retryable: bool) -> float | None:

@@ -145,7 +145,7 @@ def _move(rows: QuerySet[Workflow], name: str, **changes: Any) -> int:
     with transaction.atomic(using=rows.db, savepoint=False):
         # Locked: the rows read here are the rows the UPDATE moves.
         children = moving.filter(parent__isnull=False).select_for_update(no_key=True)
-        parents = list(children.values_list("parent_id", flat=True))
+        parents = dict(children.values_list("pk", "parent_id"))
         moved = moving.update(**values)
         if parents:
             waits.wake_parents(parents)

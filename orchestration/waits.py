@@ -12,7 +12,7 @@ from __future__ import annotations
 import datetime
 import enum
 import uuid
-from collections.abc import Iterable
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,7 +21,7 @@ from django.db.models.functions import Now
 
 from . import sql
 from .conf import conf
-from .models import FINISHED_STATUSES, Workflow, WorkflowEvent, WorkflowStatus
+from .models import FINISHED_STATUSES, StepStatus, Workflow, WorkflowEvent, WorkflowStatus, WorkflowStep
 
 #: ``run_after`` of a workflow that waits with no time limit: only ``send_event``
 #: or a finishing child wakes it (Python's datetime cannot hold 'infinity').
@@ -147,32 +147,61 @@ def wake_event_waiter(workflow_id: uuid.UUID, name: str, queue: str) -> None:
         sql.notify_new_work(conf.DATABASE, queue)
 
 
-def wake_parents(parent_ids: Iterable[uuid.UUID]) -> None:
-    """Children of these workflows finished: each parent that waits for children
-    becomes due now, to re-check them.
+def wake_parents(finished: Mapping[uuid.UUID, uuid.UUID]) -> None:
+    """Children finished (``{child: its parent}``): each run that waits for one
+    of them becomes due now, to re-check them. That is its parent, if it waits
+    for children, and any fork of the parent (or of a fork of it) that copied
+    the step starting the child and waits for it: a fork shares the children
+    its copied steps started (see ``forks``).
 
     Called in the transaction that finishes the children, after their rows
-    changed. Each parent is locked first, waiting or not: a parent suspending
-    at this moment (``Lease.suspend``, whose ``ready()`` re-reads its children)
-    either suspends before this (and is woken here) or after this transaction
-    commits (and its ``ready()`` sees the children finished). A wake-up is
-    never lost between the two.
+    changed. Each of these runs is locked first, waiting or not: a run
+    suspending at this moment (``Lease.suspend``, whose ``ready()`` re-reads its
+    children) either suspends before this (and is woken here) or after this
+    transaction commits (and its ``ready()`` sees the children finished). A
+    wake-up is never lost between the two. The forks are looked up again once
+    the ones known are locked, for a fork made meanwhile.
     """
-    parents = (
-        _workflows()
-        .select_for_update(no_key=True)
-        .filter(pk__in=set(parent_ids))
-        .order_by("pk")  # one lock order for every waker
-        .values_list("pk", "status", "waiting_for", "queue")
-    )
+    parents = set(finished.values())
+    locked: dict[uuid.UUID, tuple[str, str | None, str]] = {}
+    to_lock = parents | _forks_of(parents)
+    while to_lock:
+        rows = (
+            _workflows()
+            .select_for_update(no_key=True)
+            .filter(pk__in=to_lock)
+            .order_by("pk")  # one lock order for every waker
+            .values_list("pk", "status", "waiting_for", "queue")
+        )
+        locked.update((pk, (status, waiting_for, queue)) for pk, status, waiting_for, queue in rows)
+        to_lock = _forks_of(set(locked)) - set(locked)
     waiting = {
         pk: queue
-        for pk, status, waiting_for, queue in parents
+        for pk, (status, waiting_for, queue) in locked.items()
         if status == WorkflowStatus.PENDING and getattr(Wait.parse(waiting_for), "kind", None) == WaitKind.CHILDREN
     }
+    forks = set(waiting) - parents
+    if forks:  # a fork is woken only by a child its copied steps started
+        awaits = Q()
+        for child in finished:
+            awaits |= Q(output_data__children__contains=[str(child)])
+        steps = WorkflowStep.objects.using(conf.DATABASE).filter(awaits, status=StepStatus.PENDING)
+        awaiting = set(steps.filter(workflow_id__in=forks).values_list("workflow_id", flat=True))
+        waiting = {pk: queue for pk, queue in waiting.items() if pk in parents or pk in awaiting}
     if waiting and _workflows().filter(pk__in=waiting).update(run_after=None):
         for queue in sorted(set(waiting.values())):
             sql.notify_new_work(conf.DATABASE, queue)
+
+
+def _forks_of(runs: set[uuid.UUID]) -> set[uuid.UUID]:
+    """The forks of ``runs``, and the forks of those, and so on (by
+    ``idx_workflows_forked_from``: one look-up finding none, for most runs)."""
+    found: set[uuid.UUID] = set()
+    frontier = runs
+    while frontier:
+        frontier = set(_workflows().filter(forked_from__in=frontier).values_list("pk", flat=True)) - found - runs
+        found |= frontier
+    return found
 
 
 def _workflows() -> Any:

@@ -5,10 +5,11 @@ import uuid
 import pytest
 from django.urls import reverse
 
-from orchestration import InvalidWorkflowInput, fork_workflow
+from orchestration import InvalidWorkflowInput, cancel_workflow, fork_workflow, send_event, start_workflow
 from orchestration.models import Workflow, WorkflowStep
 from tests.admin_support import failed_three_steps, staff_user
 from tests.factories import WorkflowFactory, WorkflowStepFactory
+from tests.support import drain
 
 pytestmark = pytest.mark.django_db
 
@@ -78,3 +79,65 @@ def test_workflow_page__shows_the_patches_a_run_took(admin_client):
     workflow = WorkflowFactory(status="completed", patches={"charge-v2": 1, "ship-v3": 4})
     page = admin_client.get(reverse("admin:orchestration_workflow_change", args=[workflow.pk])).content.decode()
     assert "charge-v2 (before step 1), ship-v3 (before step 4)" in page
+
+
+def fork_waiting_for_the_originals_child(*, cancel_original: bool) -> tuple[Workflow, Workflow, Workflow]:
+    """A run waiting for its child (which waits for an event), and a fork of it
+    from its wait (so it copied the step that started the child), waiting too."""
+    original = start_workflow("fan_out", {"children": 1, "child": "awaits_approval"})
+    assert drain() == ["waiting", "waiting"]
+    child = Workflow.objects.get(parent=original)
+    if cancel_original:
+        cancel_workflow(original, "superseded by its fork")
+    fork = fork_workflow(original, from_step=2)
+    assert drain() == ["waiting"]
+    assert Workflow.objects.get(pk=fork.pk).waiting_for == "children: 0 of 1 finished"
+    return original, fork, child
+
+
+def test_fork__waiting_for_a_child_it_copied_ends_with_its_original_when_the_child_completes():
+    original, fork, child = fork_waiting_for_the_originals_child(cancel_original=False)
+    send_event(child, "approval", "yes")
+    assert sorted(drain()) == ["completed", "completed", "completed"]
+    for run in (original, fork):
+        run.refresh_from_db()
+        assert (run.status, run.output_data) == ("completed", [{"decision": "yes"}])
+    assert Workflow.objects.filter(workflow_type="awaits_approval").count() == 1  # shared, not started again
+
+
+def test_fork__waiting_for_a_child_it_copied_ends_when_the_child_completes_after_the_original_was_cancelled():
+    original, fork, child = fork_waiting_for_the_originals_child(cancel_original=True)
+    send_event(child, "approval", "yes")
+    assert drain() == ["completed", "completed"]
+    fork.refresh_from_db()
+    assert (fork.status, fork.output_data) == ("completed", [{"decision": "yes"}])
+    assert Workflow.objects.get(pk=original.pk).status == "cancelled"
+
+
+def test_fork__of_a_fork_waiting_for_the_child_they_copied_ends_when_the_child_completes():
+    _, fork, child = fork_waiting_for_the_originals_child(cancel_original=True)
+    cancel_workflow(fork, "superseded by its own fork")
+    fork_of_fork = fork_workflow(fork, from_step=2)
+    assert drain() == ["waiting"]
+    send_event(child, "approval", "yes")
+    assert drain() == ["completed", "completed"]
+    assert Workflow.objects.get(pk=fork_of_fork.pk).status == "completed"
+
+
+def test_fork__waiting_for_a_child_it_copied_fails_when_the_child_is_cancelled():
+    _, fork, child = fork_waiting_for_the_originals_child(cancel_original=True)
+    cancel_workflow(child, "order withdrawn")
+    assert drain() == ["failed"]
+    fork.refresh_from_db()
+    assert fork.status == "failed"
+    assert f"ChildWorkflowFailed: Child workflow {child.pk} (awaits_approval) cancelled" in fork.error_message
+
+
+def test_fork__waiting_for_children_of_its_own_is_not_woken_by_the_originals_child():
+    original = start_workflow("fan_out", {"children": 1, "child": "awaits_approval"})
+    assert drain() == ["waiting", "waiting"]
+    fork = fork_workflow(original, from_step=1)  # starts a child of its own
+    assert drain() == ["waiting", "waiting"]
+    send_event(Workflow.objects.get(parent=original), "approval", "yes")
+    assert drain() == ["completed", "completed"]  # the child and the original
+    assert Workflow.objects.get(pk=fork.pk).waiting_for == "children: 0 of 1 finished"

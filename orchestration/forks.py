@@ -20,7 +20,7 @@ from .api import start_workflow
 from .conf import conf
 from .errors import InvalidWorkflowInput
 from .models import StepStatus, Workflow, WorkflowStep
-from .transitions import WorkflowRef, workflow_id_of
+from .transitions import WorkflowRef, completed_in_a_row, completed_range, workflow_id_of
 
 _COPIED = ("step_number", "step_name", "output_data", "started_at", "completed_at", "attempts")
 
@@ -36,15 +36,15 @@ def fork_workflow(workflow: WorkflowRef, from_step: int) -> Workflow:
     original = Workflow.objects.using(alias).get(pk=workflow_id_of(workflow))
     with transaction.atomic(using=alias):
         # Read in the transaction that makes the fork, which is claimed only with its copies.
-        completed = WorkflowStep.objects.using(alias).filter(workflow_id=original.pk, status=StepStatus.COMPLETED)
-        steps = list(completed.order_by("step_number").values(*_COPIED))
-        in_a_row = next((n for n, step in enumerate(steps) if step["step_number"] != n + 1), len(steps))
+        in_a_row = completed_in_a_row(original.pk)
         if not 1 <= from_step <= in_a_row + 1:
             raise InvalidWorkflowInput(
                 f"Cannot fork workflow {original.pk} from step {from_step}: a fork copies the steps before it, "
-                f"which must be completed; this run's completed steps are 1 to {in_a_row}, so from_step must be "
+                f"which must be completed; {completed_range(in_a_row)}, so from_step must be "
                 f"between 1 and {in_a_row + 1}."
             )
+        completed = WorkflowStep.objects.using(alias).filter(workflow_id=original.pk, status=StepStatus.COMPLETED)
+        steps = completed.filter(step_number__lt=from_step).values(*_COPIED)
         fork = start_workflow(
             original.workflow_type,
             original.input_data,
@@ -61,6 +61,6 @@ def fork_workflow(workflow: WorkflowRef, from_step: int) -> Workflow:
         )
         WorkflowStep.objects.using(alias).bulk_create(
             WorkflowStep(workflow_id=fork.pk, status=StepStatus.COMPLETED, **{k: step[k] for k in _COPIED})
-            for step in steps[: from_step - 1]
+            for step in steps
         )
     return fork

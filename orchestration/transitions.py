@@ -319,8 +319,37 @@ def retry_from_step(workflow: WorkflowRef, step_number: int) -> Workflow:
     and replay from them. Attempts start afresh.
     """
     _check_step_number(step_number, "retry from")
+    workflow_id = workflow_id_of(workflow)
     changes = {"current_step": Least(F("current_step"), step_number - 1), "output_data": None, **FRESH_RUN}
-    return operator_move(workflow, "retry_from_step", "retry", changes=changes, discard_steps_after=step_number - 1)
+    with transaction.atomic(using=conf.DATABASE):
+        moved = operator_move(
+            workflow_id, "retry_from_step", "retry", changes=changes, discard_steps_after=step_number - 1
+        )
+        # Checked once the move holds the row (a failed or cancelled run's steps no longer change):
+        # a step past them would re-run the steps before it, which no checkpoint stands for.
+        last = completed_in_a_row(workflow_id, below=step_number)
+        if step_number > last + 1:
+            raise InvalidTransition(
+                f"Cannot retry workflow {workflow_id} from step {step_number}: the steps before it must be "
+                f"completed, and {completed_range(last)}, so the step must be between 1 and {last + 1}."
+            )
+    return moved
+
+
+def completed_in_a_row(workflow_id: uuid.UUID, *, below: int | None = None) -> int:
+    """The number of the last of the run's steps completed one after another
+    from step 1 (0: none), counting no further than ``below - 1``: the steps a
+    retry or a fork can keep as checkpoints."""
+    completed = WorkflowStep.objects.using(conf.DATABASE).filter(workflow_id=workflow_id, status=StepStatus.COMPLETED)
+    if below is not None:
+        completed = completed.filter(step_number__lt=below)
+    numbers = completed.order_by("step_number").values_list("step_number", flat=True)
+    return next((n for n, number in enumerate(numbers) if number != n + 1), len(numbers))
+
+
+def completed_range(last: int) -> str:
+    """Which steps ``completed_in_a_row`` found, said in an error."""
+    return f"this run's completed steps are 1 to {last}" if last else "this run has no completed step"
 
 
 def skip_step(workflow: WorkflowRef, step_number: int, output: Any) -> Workflow:

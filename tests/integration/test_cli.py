@@ -172,6 +172,18 @@ def test_retry__from_a_step():
     assert not failed.steps.exists()
 
 
+def test_retry__from_a_step_past_the_runs_steps_is_refused_and_runs_nothing():
+    run_ = start_workflow("always_fails", max_retries=0)  # one step, which failed
+    assert drain() == ["failed"]
+    err = io.StringIO()
+    with pytest.raises(CommandError) as raised:
+        call_command("workflows", "retry", str(run_.pk), "--from-step", "99", stdout=io.StringIO(), stderr=err)
+    assert raised.value.returncode == 4
+    assert f"Cannot retry workflow {run_.pk} from step 99: the steps before it must be completed" in err.getvalue()
+    assert Workflow.objects.get(pk=run_.pk).status == "failed"
+    assert drain() == []
+
+
 def test_repairs__a_refused_unknown_or_bad_id_is_reported_and_sets_the_exit_status():
     pending, failed = WorkflowFactory(status="pending"), failed_three_steps()
     missing = uuid.uuid4()

@@ -62,6 +62,23 @@ def test_retry_from_step__refuses_a_step_number_that_cannot_exist(number):
     assert Workflow.objects.get(pk=workflow.pk).status == "failed"
 
 
+@pytest.mark.parametrize("number", [3, 99])
+def test_retry_from_step__refuses_a_step_after_the_first_one_not_completed_and_changes_nothing(number):
+    workflow = failed_three_steps()  # step 1 completed, step 2 failed: it can be retried from step 1 or 2
+    expected = f"from step {number}: .* completed steps are 1 to 1, .* between 1 and 2"
+    with pytest.raises(InvalidTransition, match=expected):
+        retry_from_step(workflow, number)
+    assert Workflow.objects.get(pk=workflow.pk).status == "failed"
+    assert steps_of(workflow) == [(1, "completed"), (2, "failed")]
+
+
+def test_retry_from_step__refuses_step_2_of_a_run_whose_first_step_failed():
+    workflow = start_workflow("always_fails", max_retries=0)
+    assert drain() == ["failed"]
+    with pytest.raises(InvalidTransition, match="this run has no completed step, so the step must be between 1 and 1"):
+        retry_from_step(workflow, 2)
+
+
 # -- skip_step --------------------------------------------------------------------
 
 

@@ -11,9 +11,12 @@ class OrchestrationConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
+        from django.db.models.signals import pre_migrate
         from django.utils.module_loading import autodiscover_modules
 
-        from . import checks  # noqa: F401  (registers the system checks)
+        from . import checks  # registers the system checks
+
+        pre_migrate.connect(checks.refuse_migrating_elsewhere, sender=self)
 
         if importlib.util.find_spec("django.tasks") is not None:  # Django >= 6.0
             from . import tasks  # noqa: F401  (registers the workflow type that runs @task functions)

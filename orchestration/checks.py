@@ -6,6 +6,8 @@ from typing import Any
 
 from django.conf import settings
 from django.core.checks import Error, Warning, register
+from django.core.management import CommandError
+from django.db import connections, router
 
 from .conf import DEFAULTS, conf
 from .errors import InvalidQueueLimit
@@ -89,3 +91,22 @@ def check_database() -> list[Any]:
             )
         ]
     return []
+
+
+def refuse_migrating_elsewhere(using: str, plan: Any = None, **kwargs: Any) -> None:
+    """``pre_migrate``: refuse, before anything is written, a ``migrate`` that
+    would create the app's tables on a database that is not PostgreSQL. The
+    system check above says so too, but ``migrate --skip-checks`` skips it,
+    and the first migration would be applied before the second failed."""
+    vendor = connections[using].vendor
+    if vendor == "postgresql" or not router.allow_migrate(using, "orchestration"):
+        return
+    if not any(migration.app_label == "orchestration" and not backwards for migration, backwards in plan or ()):
+        return
+    engine = settings.DATABASES[using].get("ENGINE", "")
+    raise CommandError(
+        f"orchestration's tables need PostgreSQL, and the database {using!r} is {vendor} ({engine}): "
+        "nothing was migrated. Set its ENGINE to 'django.db.backends.postgresql', or keep the app's tables on a "
+        "PostgreSQL database of their own with ORCHESTRATION['DATABASE'] and "
+        "orchestration.routers.OrchestrationRouter."
+    )

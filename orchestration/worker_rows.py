@@ -23,11 +23,12 @@ import socket
 import threading
 from typing import Any
 
-from django.db import DatabaseError, transaction
+from django.db import DatabaseError, connections, transaction
 from django.db.models import Count, Q, QuerySet
 from django.db.models.functions import Now
 
 from .conf import conf
+from .errors import CONNECTION_ERRORS
 from .models import Workflow, WorkflowStatus, WorkflowWorker
 
 logger = logging.getLogger(__name__)
@@ -75,7 +76,9 @@ def remove(worker_id: str) -> None:
     """Delete the row of a process that stops cleanly."""
     with _lock:
         _registered.pop(worker_id, None)
-    _quietly("remove", lambda: _rows().filter(pk=worker_id).delete())
+    # The process's last write: a connection lost meanwhile (a restart, a
+    # failover) is replaced once, rather than leaving the row to the sweep.
+    _quietly("remove", lambda: _rows().filter(pk=worker_id).delete(), reconnect=True)
 
 
 def mark_gone(stuck_after: float | None = None) -> list[str]:
@@ -146,9 +149,22 @@ def _refresh(worker_id: str, fields: dict[str, Any]) -> None:
         _write(worker_id, fields)
 
 
-def _quietly(what: str, write: Any, *args: Any) -> Any:
+def _quietly(what: str, write: Any, *args: Any, reconnect: bool = False) -> Any:
+    """``write(*args)``, a failure logged; with ``reconnect``, tried once more on
+    a new connection when the connection was lost (outside a transaction)."""
+    connection = connections[conf.DATABASE]
     try:
         return write(*args)
+    except CONNECTION_ERRORS as exc:
+        if not reconnect or connection.in_atomic_block:
+            _failed(what, exc)
+            return None
+        connection.close()
     except DatabaseError as exc:
-        logger.warning("worker rows: %s failed (%s: %s)", what, type(exc).__name__, exc)
+        _failed(what, exc)
         return None
+    return _quietly(what, write, *args)
+
+
+def _failed(what: str, exc: BaseException) -> None:
+    logger.warning("worker rows: %s failed (%s: %s)", what, type(exc).__name__, exc)

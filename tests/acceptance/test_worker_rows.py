@@ -8,6 +8,7 @@ import signal
 
 import pytest
 from django.contrib.admin.utils import quote
+from django.db import connection
 from django.urls import reverse
 
 from orchestration import start_workflow
@@ -43,6 +44,23 @@ def test_worker_row__disappears_on_sigterm(workers):
     process.send_signal(signal.SIGTERM)
     output, _ = process.communicate(timeout=30)
     assert process.returncode == 0, output
+    assert row_of(process) is None
+
+
+def test_worker_row__is_deleted_on_sigterm_after_the_workers_connections_were_lost(workers):
+    process = start_workers("--concurrency", "1")
+    workers.append(process)
+    assert wait_for(lambda: row_of(process) is not None)
+    with connection.cursor() as cursor:  # as a database restart or a failover would
+        cursor.execute(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
+        assert cursor.fetchone()[0] >= 1
+    process.send_signal(signal.SIGTERM)
+    output, _ = process.communicate(timeout=30)
+    assert process.returncode == 0, output
+    assert "worker rows: remove failed" not in output
     assert row_of(process) is None
 
 

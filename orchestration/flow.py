@@ -199,11 +199,7 @@ def resume_queue(name: str) -> WorkflowQueue:
 
 
 def _change(name: str, **changes: Any) -> WorkflowQueue:
-    if not isinstance(name, str) or not (name in known_queues() or _rows().filter(pk=name).exists()):
-        raise UnknownQueue(
-            f"No queue {name!r}: no registered workflow, ORCHESTRATION['QUEUES'] or queue row names it "
-            f"(known: {', '.join(sorted(known_queues()))})."
-        )
+    check_queue(name)
     sync_settings()
     with transaction.atomic(using=conf.DATABASE):
         # A row made for a pause follows the settings' limits, as no row did.
@@ -213,6 +209,44 @@ def _change(name: str, **changes: Any) -> WorkflowQueue:
         _forget_starts(name, {limit: getattr(row, limit) for limit in QUEUE_LIMITS})
         sql.notify_new_work(conf.DATABASE, name)  # at commit: a lifted limit or a resume frees work now
     return row
+
+
+def check_queue(name: Any) -> None:
+    """Raise ``UnknownQueue`` unless something names queue ``name``: a
+    registered workflow, ``ORCHESTRATION["QUEUES"]``, a queue source, a queue
+    row, or a run (by ``idx_workflows_queue_created``): a run started on a
+    queue nothing else names can be paused and served like any other."""
+    if isinstance(name, str) and (
+        name in known_queues()
+        or _rows().filter(pk=name).exists()
+        or Workflow.objects.using(conf.DATABASE).filter(queue=name).exists()
+    ):
+        return
+    raise UnknownQueue(
+        f"No queue {name!r}: no registered workflow, ORCHESTRATION['QUEUES'], queue row or run names it "
+        f"(known: {', '.join(sorted(queue_names()))})."
+    )
+
+
+def queues_in_use() -> set[str]:
+    """The queues of pending or running runs, whatever names them."""
+    return {name for (name,) in sql.run(conf.DATABASE, sql.QUEUES_IN_USE, {"queues": None})}
+
+
+def queue_names() -> set[str]:
+    """Every queue: those something can put work on (``known_queues``), those
+    with a row, and those of pending or running runs."""
+    return known_queues() | set(_rows().values_list("name", flat=True)) | queues_in_use()
+
+
+def add_rows_of_queues_in_use() -> None:
+    """Give every queue of pending or running runs a row, for the admin's list
+    and its actions. A row added here limits nothing, and is dropped again by
+    ``sync_settings`` unless it was paused or given a limit meanwhile."""
+    missing = queues_in_use() - set(_rows().values_list("name", flat=True))
+    if missing:
+        rows = [WorkflowQueue(name=name, limits_from_settings=True) for name in sorted(missing)]
+        _rows().bulk_create(rows, ignore_conflicts=True)
 
 
 def _forget_starts(name: str, limits: dict[str, Any]) -> None:
@@ -262,9 +296,12 @@ class QueueState:
 
 
 def queue_states(names: list[str] | None = None) -> list[QueueState]:
-    """The state of every queue with a row (or of ``names``), by name."""
+    """The state of every queue with a row or with pending or running runs (or
+    of ``names``), by name; a queue without a row has no limit and is not paused."""
     rows = _rows().all() if names is None else _rows().filter(pk__in=names)
     queues = {row.name: row for row in rows}
+    for name in queues_in_use() if names is None else ():
+        queues.setdefault(name, WorkflowQueue(name=name))
     workflows = Workflow.objects.using(conf.DATABASE).filter(queue__in=list(queues)).order_by()
     running = dict(workflows.filter(status=WorkflowStatus.RUNNING).values_list("queue").annotate(n=Count("pk")))
     due_rows = workflows.filter(Q(run_after__isnull=True) | Q(run_after__lte=Now()), status=WorkflowStatus.PENDING)

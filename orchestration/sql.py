@@ -178,6 +178,15 @@ PENDING_QUEUES = """pending_queue (name) AS (
     FROM pending_queue AS p WHERE p.name IS NOT NULL
 """
 
+#: The queues of pending or running runs, whatever names them: one probe of
+#: ``idx_workflows_queue_claim`` a queue with pending runs, and the running
+#: rows (as many as the workers hold) through ``idx_workflows_running``.
+QUEUES_IN_USE = f"""WITH RECURSIVE {PENDING_QUEUES})
+SELECT name FROM pending_queue WHERE name IS NOT NULL
+UNION
+SELECT queue FROM workflows WHERE status = 'running'
+"""
+
 #: The end of the limit-aware claims (``COMPLETE_AND_CLAIM_LIMITED``,
 #: ``counted_sql.COMPLETE_AND_CLAIM_COUNTED``): CTE ``taken`` marks CTE
 #: ``claimed``'s runs running (first started at CTE ``clock``), ``placeholder``

@@ -20,9 +20,8 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
 from .. import flow
-from ..errors import InvalidQueueLimit
+from ..errors import InvalidQueueLimit, UnknownQueue
 from ..models import Workflow, WorkflowQueue, WorkflowStatus
-from ..registry import known_queues
 from ..validation import QUEUE_LIMITS, validate_queue_limit
 from .display import changelist_url, status_badge
 
@@ -43,10 +42,11 @@ class WorkflowQueueForm(forms.ModelForm):
 
     def clean_name(self) -> str:
         name: str = self.cleaned_data["name"]
-        if self.instance._state.adding and name not in known_queues():
-            raise forms.ValidationError(
-                f"No workflow, setting or queue source uses queue {name!r}; known: {', '.join(sorted(known_queues()))}."
-            )
+        if self.instance._state.adding:
+            try:
+                flow.check_queue(name)
+            except UnknownQueue as exc:
+                raise forms.ValidationError(str(exc)) from None
         return name
 
     def clean(self) -> dict[str, Any]:
@@ -103,6 +103,11 @@ class WorkflowQueueAdmin(admin.ModelAdmin):
             .values("n")
         )
         return super().get_queryset(request).annotate(running=Coalesce(Subquery(running, IntegerField()), 0))
+
+    def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> Any:
+        # Every queue in use is listed, with its actions: one that only runs name gets a row that limits nothing.
+        flow.add_rows_of_queues_in_use()
+        return super().changelist_view(request, extra_context)
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
         return ("name",) if obj is not None else ()

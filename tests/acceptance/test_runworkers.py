@@ -99,7 +99,14 @@ def test_invalid_options__exit_with_a_clear_error():
     result = run_burst("--queues", "a,,b")
     assert result.returncode != 0 and "queue name" in result.stderr
     result = run_burst("--queues", "default,deafult")
-    assert result.returncode != 0 and "unknown queue(s) deafult" in result.stderr
+    assert result.returncode != 0 and "No queue 'deafult'" in result.stderr
+
+
+def test_queues_option__serves_a_queue_only_a_run_names():
+    run = start_workflow("echo", {"n": 1}, queue="adhoc")  # no setting, type or row names "adhoc"
+    result = run_burst("--queues", "adhoc")
+    assert result.returncode == 0, result.stderr
+    assert Workflow.objects.get(pk=run.pk).status == "completed"
 
 
 def test_idle_worker_is_woken_by_notify_not_by_polling(workers):

@@ -708,7 +708,8 @@ def test_queue_admin__refuses_a_zero_limit_or_a_malformed_rate__saves_through_th
     assert response.status_code == 200 and not WorkflowQueue.objects.exists()
     errors = response.context["adminform"].form.errors
     assert "concurrency" in errors and "A rate limit is written N/s" in str(errors["rate_limit"])
-    assert "No workflow" in str(admin_client.post(url, {**form, "name": "nowhere"}).context["adminform"].form.errors)
+    refused = admin_client.post(url, {**form, "name": "nowhere"}).context["adminform"].form.errors
+    assert "queue row or run names it" in str(refused)
     admin_client.post(url, {**form, "concurrency": "2", "rate_limit": "5/s", "paused": "on"})
     row = WorkflowQueue.objects.get()
     assert (row.concurrency, row.rate_limit, row.paused, row.limits_from_settings) == (2, "5/s", True, False)
@@ -767,3 +768,33 @@ def test_command__pauses_resumes_changes_limits_and_lists_the_queues(capsys):
         call_command("workflow_queues", "pause", "nowhere")
     with pytest.raises(CommandError, match="--concurrency must be a whole number of 1 or more, got 0"):
         call_command("workflow_queues", "limits", "fc", "--concurrency", "0")
+
+
+# -- a queue that only runs name ---------------------------------------------------------
+
+
+def test_pause_queue__of_a_queue_only_a_run_names__holds_its_runs_until_resumed():
+    run = start_workflow("fc_free", queue="adhoc")  # no setting, type or row names "adhoc"
+    assert pause_queue("adhoc").paused
+    assert claim() == []
+    resume_queue("adhoc")
+    assert [claimed.id for claimed in claim()] == [run.pk]
+
+
+def test_queue_admin__lists_a_queue_only_a_run_names__and_pauses_it(admin_client):
+    start_workflow("fc_free", queue="adhoc")
+    html = admin_client.get(QUEUE_LIST_URL).content.decode()
+    assert reverse("admin:orchestration_workflowqueue_change", args=[quote("adhoc")]) in html
+    admin_client.post(QUEUE_LIST_URL, {"action": "pause_queues", "_selected_action": ["adhoc"], "index": 0})
+    assert WorkflowQueue.objects.get(pk="adhoc").paused
+    assert claim() == []
+
+
+def test_command__lists_a_queue_only_a_run_names_and_pauses_it_by_name(capsys):
+    start_workflow("fc_free", queue="adhoc")
+    call_command("workflow_queues", "list", "--json")
+    listed = json.loads(capsys.readouterr().out)
+    assert [(queue["name"], queue["paused"], queue["due"]) for queue in listed] == [("adhoc", False, 1)]
+    call_command("workflows", "pause", "adhoc")
+    assert "queue 'adhoc' paused" in capsys.readouterr().out
+    assert claim() == []

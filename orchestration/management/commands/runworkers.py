@@ -7,11 +7,11 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from orchestration import observe
+from orchestration import flow, observe
 from orchestration.conf import conf
+from orchestration.errors import UnknownQueue
 from orchestration.management.arguments import POSITIVE_SECONDS, Bounded
 from orchestration.metrics import INSTALL_HINT
-from orchestration.registry import known_queues
 from orchestration.validation import InvalidWorkflowInput, validate_queue
 from orchestration.worker import Worker
 
@@ -66,13 +66,11 @@ class Command(BaseCommand):
                     validate_queue(name)
             except InvalidWorkflowInput as exc:
                 raise CommandError(f"--queues {options['queues']!r}: {exc}") from None
-            unknown = sorted(set(queues) - known_queues())
-            if unknown:
-                raise CommandError(
-                    f"--queues names unknown queue(s) {', '.join(unknown)}: no registered workflow uses them. "
-                    f"Known queues: {', '.join(sorted(known_queues()))}. "
-                    "Declare extra queues in ORCHESTRATION['QUEUES']."
-                )
+            for name in queues:
+                try:
+                    flow.check_queue(name)
+                except UnknownQueue as exc:
+                    raise CommandError(f"--queues: {exc} Declare extra queues in ORCHESTRATION['QUEUES'].") from None
         self._configure_logging(options["log_level"])
         if options["metrics_port"]:
             self._serve_metrics(options["metrics_port"])

@@ -25,7 +25,9 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         actions = parser.add_subparsers(dest="action", required=True)
-        listing = actions.add_parser("list", help="every queue with a row: its limits and what it runs now")
+        listing = actions.add_parser(
+            "list", help="every queue with a row or with runs pending or running: its limits and what it runs now"
+        )
         listing.add_argument("--json", action="store_true", help="print JSON instead of a table")
         for action, text in (("pause", "stop claiming its pending work"), ("resume", "claim its work again")):
             actions.add_parser(action, help=text).add_argument("queue")

@@ -364,6 +364,8 @@ def _call_task(result_id: str) -> Any:
             value = normalize_json(value)
         except (TypeError, ValueError) as exc:
             raise NotJSONSerializable(f"The return value of task {task.module_path!r} is not JSON: {exc}") from None
+        # task_finished's receivers read it as get_result will: as stored.
+        value = to_json_value(value, lambda: f"The return value of task {task.module_path!r}")
     except ControlFlow:
         raise
     except BaseException as exc:  # fails the attempt like any error (see worker.execution)

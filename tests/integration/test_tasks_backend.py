@@ -4,6 +4,7 @@ in the test's thread by the same code as a worker's (``drain``)."""
 from __future__ import annotations
 
 import datetime
+import json
 
 import pytest
 
@@ -289,6 +290,22 @@ def test_signals__task_finished_only_once_the_last_attempt_failed():
     finally:
         task_finished.disconnect(receiver)
     assert finished == [(TaskResultStatus.FAILED, 4, ["tests.testapp.tasks.Declined"])]
+
+
+def test_signals__task_finished_reads_the_return_value_as_get_result_does():
+    finished = []
+
+    def receiver(sender, task_result, **kwargs):
+        finished.append(json.dumps(task_result.return_value))
+
+    task_finished.connect(receiver, weak=False)
+    try:
+        result = tasks.returns_awkward.enqueue()
+        drain()
+    finally:
+        task_finished.disconnect(receiver)
+    stored = json.dumps(default_task_backend.get_result(result.id).return_value)
+    assert finished == [stored] == ['{"b": 10000000000000000, "aa": 0.0, "zeta": 1}']
 
 
 def test_enqueue__refuses_arguments_the_task_function_cannot_take_naming_the_task_and_writing_nothing():

@@ -65,3 +65,9 @@ def flaky(context: TaskContext, succeed_on: int) -> dict[str, int]:
 @task
 def returns_a_set() -> Any:
     return {1, 2, 3}
+
+
+@task
+def returns_awkward() -> dict[str, Any]:
+    """What jsonb stores otherwise than Python wrote it: key order, 1e16, -0.0."""
+    return {"zeta": 1, "b": 1e16, "aa": -0.0}

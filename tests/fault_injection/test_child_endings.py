@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from django.urls import reverse
 
-from orchestration import cancel_workflow, start_workflow
+from orchestration import cancel_workflow, fork_workflow, send_event, start_workflow
 from orchestration.api import requeue_stuck
 from orchestration.models import Workflow
 from tests.acceptance.test_runworkers import wait_for
@@ -105,3 +105,17 @@ def test_requeue_stuck__a_child_with_no_attempt_left_fails_its_waiting_parent(wo
     result = run_burst("--concurrency", "1")
     assert result.returncode == 0, result.stderr
     assert_failed_for(parent, child, "failed", "no attempts left")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_fork__waiting_for_a_child_it_copied_is_woken_by_a_worker_when_the_child_completes(workers):
+    original = start_workflow("fan_out", {"children": 1, "child": "awaits_approval"})
+    workers.append(start_workers("--concurrency", "2"))
+    assert wait_for(lambda: Workflow.objects.get(pk=original.pk).waiting_for == "children: 0 of 1 finished")
+    cancel_workflow(original, "superseded by its fork")
+    fork = fork_workflow(original, from_step=2)
+    assert wait_for(lambda: Workflow.objects.get(pk=fork.pk).waiting_for == "children: 0 of 1 finished")
+    (child,) = children_of(original)
+    send_event(child, "approval", "yes")
+    assert wait_for(lambda: Workflow.objects.get(pk=fork.pk).status == "completed", timeout=20)
+    assert Workflow.objects.get(pk=fork.pk).output_data == [{"decision": "yes"}]

@@ -50,6 +50,17 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[Any]:
                 id="orchestration.E006",
             )
         )
+    most_abandoned = conf.MAX_ABANDONED_BODIES
+    if most_abandoned is not None and not (
+        isinstance(most_abandoned, int) and not isinstance(most_abandoned, bool) and most_abandoned >= 1
+    ):
+        problems.append(
+            Error(
+                f"ORCHESTRATION['MAX_ABANDONED_BODIES'] is {most_abandoned!r}; it must be None (the process's "
+                "--concurrency) or a whole number of 1 or more.",
+                id="orchestration.E007",
+            )
+        )
     try:
         queue_defaults(conf.QUEUES)
     except InvalidQueueLimit as exc:

@@ -40,6 +40,9 @@ DEFAULTS: dict[str, Any] = {
     # A workflow whose worker died this many times in a row at the same step
     # is parked as failed instead of being reclaimed again.
     "MAX_WORKER_DEATHS": 3,
+    # Abandoned step bodies (past their timeout, still running) a runworkers
+    # process may hold before it restarts itself; None: its --concurrency.
+    "MAX_ABANDONED_BODIES": None,
 }
 
 

@@ -381,11 +381,19 @@ class WorkflowContext:
         thread_name = f"orchestration-step {run.id} {number}"
         try:
             return call_within(
-                fn, args, kwargs, timeout=limit, deadline=deadline, lost=run.lost, thread_name=thread_name
+                fn,
+                args,
+                kwargs,
+                timeout=limit,
+                deadline=deadline,
+                lost=run.lost,
+                thread_name=thread_name,
+                what=f'workflow {run.id} ({run.workflow_type}) step {number} "{name}"',
             )
         except Expired as expired:
             logger.warning(
-                'workflow %s (%s) step %d "%s": stopped waiting for its body (%s); it runs on, abandoned, in thread %r',
+                'workflow %s (%s) step %d "%s": stopped waiting for its body (%s); its database connections are '
+                "closed, and it runs on, abandoned, in thread %r",
                 run.id,
                 run.workflow_type,
                 number,

@@ -77,6 +77,18 @@ class Instruments:
         self.step_seconds = histogram(
             "orchestration_step_duration_seconds", "Duration of a step that ran, by how it ended.", **timed
         )
+        process: dict[str, Any] = {"registry": self.registry}
+        self.abandoned_bodies = prometheus_client.Gauge(
+            "orchestration_abandoned_step_bodies",
+            "Step bodies abandoned past their limit that still run in this worker process.",
+            multiprocess_mode="livesum",
+            **process,
+        )
+        self.restarts = counter(
+            "orchestration_worker_restarts",
+            "Restarts of this worker process at MAX_ABANDONED_BODIES.",
+            **process,
+        )
         self._children: dict[tuple[Any, ...], Any] = {}
 
     def attempt_started(self, queue: str, workflow_type: str) -> None:
@@ -144,6 +156,20 @@ def instruments() -> Instruments | None:
                 else:
                     _instruments = Instruments(prometheus_client)
     return cast(Instruments | None, _instruments)
+
+
+def abandoned_bodies(count: int) -> None:
+    """Report how many abandoned step bodies run on in this process (``timeouts``)."""
+    counting = instruments()
+    if counting is not None:
+        counting.abandoned_bodies.set(count)
+
+
+def restarted(times: int = 1) -> None:
+    """Count restarts of this worker process at its cap of abandoned bodies."""
+    counting = instruments()
+    if counting is not None:
+        counting.restarts.inc(times)
 
 
 def attempt(execute: F) -> F:

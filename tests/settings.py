@@ -26,6 +26,8 @@ ORCHESTRATION = {
     "STUCK_AFTER": _setting("STUCK_AFTER", 30),
     "SHUTDOWN_GRACE": _setting("SHUTDOWN_GRACE", 10),
     "MAX_WORKER_DEATHS": int(_setting("MAX_WORKER_DEATHS", 3)),
+    # 0: the process's --concurrency.
+    "MAX_ABANDONED_BODIES": int(_setting("MAX_ABANDONED_BODIES", 0)) or None,
     # The test app has an every-2-seconds schedule: only the schedule tests turn it on.
     "SCHEDULER": bool(_setting("SCHEDULER", 0)),
 }

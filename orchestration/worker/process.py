@@ -21,11 +21,12 @@ from typing import Any
 
 from django.db import DatabaseError, connections
 
-from .. import flow, logs, worker_rows
+from .. import flow, logs, timeouts, worker_rows
 from ..conf import conf
 from ..errors import CONNECTION_ERRORS
 from ..lease import Lease, OutagePolicy
 from ..registry import async_workflow_types
+from . import restart
 from .dispatch import CLAIM_AHEAD_TIMEOUT, Dispatcher
 from .execution import Outcome, execute
 from .links import dead_link_seconds, dead_links_given_up
@@ -79,6 +80,10 @@ class Worker:
             threads=self.concurrency,
         )
         self._outage = OutagePolicy(give_up=self.stop_now, pause=self._database_unavailable)
+        #: Abandoned step bodies still running that make the process restart (``MAX_ABANDONED_BODIES``).
+        self.most_abandoned: int = conf.MAX_ABANDONED_BODIES or self.concurrency
+        #: Why the process stopped to restart itself (``worker.restart``); None: it stops for good.
+        self.restart_because: str | None = None
         #: The threads of this process that died (see ``_thread_died``).
         self.dead_threads: list[str] = []
 
@@ -122,6 +127,7 @@ class Worker:
             ",".join(self.queues) if self.queues else "all",
             ", burst" if self.burst else "",
         )
+        restart.count_restarts_so_far()
         # Ready before the process's row says it runs (its claims follow the row at once).
         if self.async_concurrency and async_workflow_types():
             self.shared_loop = SharedLoop(
@@ -208,7 +214,15 @@ class Worker:
         return previous
 
     def _on_signal(self, signum: int, frame: Any) -> None:
-        if not self.stopping.is_set():
+        if self.restart_because is not None and not self.stop_now.is_set():
+            # Stopping to restart already: the signal turns it into a stop for good.
+            logger.warning(
+                "worker %s: %s received while stopping to restart; it will exit instead",
+                self.worker_id,
+                signal.Signals(signum).name,
+            )
+            self.restart_because = None
+        elif not self.stopping.is_set():
             logger.warning(
                 "worker %s: %s received; finishing running steps (up to %ss), then releasing. "
                 "Send it again to release at once.",
@@ -229,6 +243,8 @@ class Worker:
         while any(thread.is_alive() for thread in threads) or (loop is not None and loop.thread.is_alive()):
             if loop is not None and not any(thread.is_alive() for thread in threads):
                 loop.close_when_idle()  # no thread hands it more runs
+            if not self.stopping.is_set():
+                self._restart_at_the_cap()
             if self.stopping.is_set() and deadline is None:
                 deadline = time.monotonic() + self.shutdown_grace
             if deadline is not None and time.monotonic() >= deadline:
@@ -241,6 +257,25 @@ class Worker:
                 thread.join(timeout=0.05)
             if loop is not None and not any(thread.is_alive() for thread in threads):
                 loop.thread.join(timeout=0.05)
+
+    def _restart_at_the_cap(self) -> None:
+        """Stop, to restart (``worker.restart``), once the step bodies abandoned
+        and still running reach ``most_abandoned``: no close reaches a body in a
+        C call or a busy loop, and each holds a thread and its memory."""
+        abandoned = timeouts.abandoned_bodies()
+        if len(abandoned) < self.most_abandoned:
+            return
+        self.restart_because = abandoned[-1]
+        logger.warning(
+            "worker %s: %d abandoned step bodies still run (MAX_ABANDONED_BODIES %d), the last of %s; stopping "
+            "claiming, finishing running steps (up to %ss), releasing the rest, then restarting",
+            self.worker_id,
+            len(abandoned),
+            self.most_abandoned,
+            self.restart_because,
+            self.shutdown_grace,
+        )
+        self.stop()
 
     def _release_all_held(self) -> None:
         for run in self.dispatcher.held.snapshot():

@@ -13,7 +13,7 @@ from orchestration.errors import UnknownQueue
 from orchestration.management.arguments import POSITIVE_SECONDS, Bounded
 from orchestration.metrics import INSTALL_HINT
 from orchestration.validation import InvalidWorkflowInput, validate_queue
-from orchestration.worker import Worker
+from orchestration.worker import Worker, restart
 
 
 class Command(BaseCommand):
@@ -86,6 +86,8 @@ class Command(BaseCommand):
         read = options["metrics_port"] or observe.shared_between_processes()
         with contextlib.nullcontext() if read else observe.unread():
             status = worker.run()
+        if worker.restart_because is not None and not status:
+            restart.replace_process()
         if status:  # a thread died: a supervisor restarts the process
             raise CommandError(
                 f"worker thread(s) {', '.join(worker.dead_threads)} died; see the log", returncode=status

@@ -1,0 +1,152 @@
+"""A step that hangs never takes the database down: the worker closes the
+connections of a body it abandons (timeout, deadline, cancel, lost lease),
+and a process whose abandoned bodies keep running restarts itself at
+``MAX_ABANDONED_BODIES``. Real ``runworkers`` processes, told apart in
+``pg_stat_activity`` by their ``application_name`` (libpq's ``PGAPPNAME``)."""
+
+from __future__ import annotations
+
+import time
+import urllib.request
+import uuid
+
+import pytest
+
+from orchestration import cancel_workflow, start_workflow
+from orchestration.models import Workflow, WorkflowWorker
+from tests.acceptance.test_runworkers import wait_for
+from tests.acceptance.test_worker_metrics import free_port, samples_of
+from tests.support import other_connection, start_workers, worker_env
+from tests.testapp.models import StepRun
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+#: The connections of a ``runworkers`` besides its threads': its main thread's
+#: (the start's writes), the heartbeat's, the stuck sweep's and the listener's.
+SERVICE_CONNECTIONS = 4
+
+
+def worker_named(application_name: str, *args: str, **env: str):
+    """A ``runworkers`` process whose connections carry ``application_name``
+    (no shared event loop: each of its connections is one counted here)."""
+    return start_workers("--async-concurrency", "0", *args, env=worker_env(PGAPPNAME=application_name, **env))
+
+
+def connections_of(application_name: str) -> int:
+    with other_connection() as other:
+        row = other.execute("SELECT count(*) FROM pg_stat_activity WHERE application_name = %s", [application_name])
+        return row.fetchone()[0]
+
+
+def sleeper_sessions(workflow) -> list[int]:
+    """The server sessions running ``workflow``'s ``pg_sleep`` (see ``sleeps_in_the_database``)."""
+    with other_connection() as other:
+        rows = other.execute(
+            "SELECT pid FROM pg_stat_activity WHERE query LIKE %s", [f"%sleeper {workflow.pk}%"]
+        ).fetchall()
+        return [pid for (pid,) in rows]
+
+
+def session_exists(pid: int) -> bool:
+    with other_connection() as other:
+        return other.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = %s", [pid]).fetchone()[0] == 1
+
+
+def ended(workflow, status: str):
+    return lambda: Workflow.objects.get(pk=workflow.pk).status == status
+
+
+def test_hung_steps__hold_no_more_connections_than_the_worker_has_threads(workers):
+    name = f"hung-{uuid.uuid4().hex[:8]}"
+    runs = [start_workflow("reads_then_hangs", {"hang": 10, "timeout": 0.5}) for _ in range(12)]
+    # No restart here: the abandoned bodies pile up in the one process.
+    workers.append(worker_named(name, "--concurrency", "4", ORCHESTRATION_MAX_ABANDONED_BODIES="100"))
+    steady, threads = 4 + SERVICE_CONNECTIONS, 4
+    most = 0
+
+    def all_failed() -> bool:
+        nonlocal most
+        most = max(most, connections_of(name))
+        return Workflow.objects.filter(pk__in=[run.pk for run in runs], status="failed").count() == len(runs)
+
+    assert wait_for(all_failed, timeout=40, interval=0.02)
+    assert 0 < most <= steady + threads
+    for run in Workflow.objects.filter(pk__in=[run.pk for run in runs]):
+        assert run.attempts == 3
+        assert run.error_message.startswith('Step 1 "read then hang" failed: StepTimeout: ')
+
+
+def test_abandoned_body__finds_its_database_connection_closed(workers, tmp_path):
+    report = tmp_path / "what the body saw"
+    run = start_workflow("reads_then_hangs", {"hang": 1.5, "timeout": 0.5, "report": str(report)}, max_retries=0)
+    worker = worker_named(f"hung-{uuid.uuid4().hex[:8]}", "--concurrency", "1", ORCHESTRATION_MAX_ABANDONED_BODIES="9")
+    workers.append(worker)
+    assert wait_for(ended(run, "failed"), timeout=20)
+    assert wait_for(report.exists, timeout=10)
+    time.sleep(0.1)  # written whole
+    assert report.read_text().startswith("django.db.utils.OperationalError: ")
+
+
+def query_hung_in_a_worker(*, step_timeout: float = 60, **options):
+    """A run whose step body waits in ``pg_sleep(60)``, and that query's server session."""
+    run = start_workflow("sleeps_in_the_database", {"seconds": 60, "timeout": step_timeout}, **options)
+    assert wait_for(lambda: sleeper_sessions(run), timeout=30)
+    return run, sleeper_sessions(run)[0]
+
+
+def test_step_timeout__ends_the_query_its_abandoned_body_waits_on(workers):
+    workers.append(worker_named(f"hung-{uuid.uuid4().hex[:8]}", "--concurrency", "1"))
+    run, session = query_hung_in_a_worker(step_timeout=1)
+    assert wait_for(ended(run, "failed"), timeout=10)
+    assert wait_for(lambda: not session_exists(session), timeout=5)
+
+
+def test_cancel__ends_the_query_of_the_step_it_abandons(workers):
+    workers.append(worker_named(f"hung-{uuid.uuid4().hex[:8]}", "--concurrency", "1"))
+    run, session = query_hung_in_a_worker()
+    cancel_workflow(run)
+    assert wait_for(lambda: not session_exists(session), timeout=5)
+
+
+def test_lost_lease__ends_the_query_of_the_step_it_abandons(workers):
+    workers.append(worker_named(f"hung-{uuid.uuid4().hex[:8]}", "--concurrency", "1"))
+    run, session = query_hung_in_a_worker()
+    # As another worker's reclaim would: the run's lease is no longer this worker's.
+    Workflow.objects.filter(pk=run.pk).update(lease_token=uuid.uuid4())
+    assert wait_for(lambda: not session_exists(session), timeout=5)
+
+
+def test_deadline__ends_the_query_of_the_step_it_abandons(workers):
+    workers.append(worker_named(f"hung-{uuid.uuid4().hex[:8]}", "--concurrency", "1"))
+    ready = start_workflow("echo", "ready")  # the deadline counts from the start: the worker runs first
+    assert wait_for(ended(ready, "completed"), timeout=60)
+    run, session = query_hung_in_a_worker(timeout=3)
+    assert wait_for(ended(run, "cancelled"), timeout=10)
+    assert wait_for(lambda: not session_exists(session), timeout=5)
+
+
+def test_abandoned_bodies__at_the_cap_the_worker_restarts_and_serves_on(workers):
+    port = free_port()
+    process = worker_named(f"hung-{uuid.uuid4().hex[:8]}", "--concurrency", "2", "--metrics-port", str(port))
+    workers.append(process)
+    hung = [start_workflow("hangs_ignoring_errors", {"hang": 120, "timeout": 0.5}) for _ in range(2)]
+    for run in hung:
+        assert wait_for(ended(run, "completed"), timeout=40)
+    after = [start_workflow("echo", n) for n in range(3)]
+    for run in after:
+        assert wait_for(ended(run, "completed"), timeout=20)
+
+    assert process.poll() is None  # the same process, its command executed again
+    log = process.log_path.read_text()
+    assert "abandoned step bodies still run (MAX_ABANDONED_BODIES 2)" in log
+    assert any(f"workflow {run.pk} (hangs_ignoring_errors) step 1" in log for run in hung)
+    for run in hung:
+        labels = StepRun.objects.filter(workflow_id=run.pk).order_by("id").values_list("label", flat=True)
+        assert list(labels) == ["attempt 1", "attempt 2"]
+    assert all(Workflow.objects.get(pk=run.pk).attempts == 1 for run in after)
+    (row,) = WorkflowWorker.objects.filter(gone_at__isnull=True)
+    assert row.pid == process.pid and row.id not in log.split(" starting:")[0]
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=2) as response:
+        metrics = samples_of(response.read().decode())
+    assert metrics[("orchestration_worker_restarts_total", ())] == 1
+    assert metrics[("orchestration_abandoned_step_bodies", ())] == 0

@@ -14,7 +14,10 @@ and the heartbeat, the sweep and crash recovery see no difference.
 An ``async def`` step body runs in the loop; its timeout, the run's deadline
 and a lost lease (a cancel, a reclaim) cancel it there, which a sync body in a
 thread never can be; a lost lease or the deadline also cancels the workflow
-function wherever it awaits (``watched``). A sync step body runs where the
+function wherever it awaits (``watched``). A body cancelled while it waits in
+a sync call (``sync_to_async``, as the async ORM runs its queries) leaves that
+call running on its thread, which no cancel stops: the query it runs there is
+cancelled too (``SyncCalls``). A sync step body runs where the
 engine's calls run, as in a sync workflow (the ORM refuses to run inside an
 event loop).
 """
@@ -23,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import dataclasses
 import datetime
 import inspect
@@ -31,8 +35,9 @@ from collections.abc import Callable, Coroutine, Generator, Sequence
 from typing import Any
 
 from asgiref.sync import async_to_sync, sync_to_async
+from django.db.backends.base.base import BaseDatabaseWrapper
 
-from . import clock, observe
+from . import clock, observe, timeouts
 from .context import ChildHandle, WorkflowContext
 from .errors import ControlFlow, DeadlineExceeded, LeaseLost, PermanentError, StepTimeout
 from .lease import Lease
@@ -98,10 +103,70 @@ def _deadline(run: Lease) -> list[tuple[float, str]]:
     return [(time.monotonic() + (run.deadline - clock.now(reread=False)).total_seconds(), "deadline")]
 
 
-async def _within(run: Lease, body: Any, ends: list[tuple[float, str]], expired: Callable[[str], BaseException]) -> Any:
+#: The step body whose code runs now: set in its task, seen by its sync calls,
+#: which run in a copy of its context.
+_step_body: contextvars.ContextVar[object | None] = contextvars.ContextVar("orchestration_step_body", default=None)
+
+
+class SyncCalls:
+    """The thread where async step bodies' sync calls run (``sync_to_async``
+    with ``thread_sensitive``, as the async ORM's queries), and its connections.
+
+    A cancelled body's sync call runs on to its end: its query is cancelled
+    (``cancel_query_of``), so that it neither holds a server session in a lock
+    wait or a slow plan nor blocks the thread's other calls. Where the thread
+    serves one run (a worker thread lending itself, ``lend_calling_thread``),
+    a query running on it when the run's step is cancelled is that step's.
+    Where it serves every run of the shared loop (``shared``), each query
+    notes whose body it runs for."""
+
+    def __init__(self, databases: Sequence[BaseDatabaseWrapper], *, shared: bool) -> None:
+        self._databases = databases
+        self._shared = shared
+        #: By database alias: the step body whose query runs on it now (``shared`` only).
+        self._running: dict[str, object | None] = {}
+        if shared:
+            for database in databases:
+                database.execute_wrappers.append(self._note)
+
+    def _note(self, execute: Callable[..., Any], sql: Any, params: Any, many: bool, context: Any) -> Any:
+        alias = context["connection"].alias
+        self._running[alias] = _step_body.get()
+        try:
+            return execute(sql, params, many, context)
+        finally:
+            self._running[alias] = None
+
+    def runs_query_of(self, body: object) -> bool:
+        """Whether a query of ``body`` (or, not ``shared``, any query) runs now."""
+        if self._shared:
+            return any(running is body for running in self._running.values())
+        return any(timeouts.query_running(database) for database in self._databases)
+
+    def cancel_query_of(self, body: object) -> None:
+        """Cancel the query ``body`` runs now, if any (blocks: call it off the loop)."""
+        for database in self._databases:
+            if not self._shared or self._running.get(database.alias) is body:
+                timeouts.cancel_query(database)
+
+
+async def _as_body(marker: object, body: Any) -> Any:
+    _step_body.set(marker)  # in this task's own context
+    return await body
+
+
+async def _within(
+    run: Lease,
+    body: Any,
+    ends: list[tuple[float, str]],
+    expired: Callable[[str], BaseException],
+    sync_calls: SyncCalls | None = None,
+) -> Any:
     """Await ``body``, cancelling it when the run's lease is lost (``LeaseLost``)
-    or at the first of ``ends`` (``expired(why)`` is raised)."""
-    task = asyncio.ensure_future(_contained(body))
+    or at the first of ``ends`` (``expired(why)`` is raised), and the query its
+    sync call runs on ``sync_calls``' thread, if any."""
+    marker = object()
+    task = asyncio.ensure_future(_contained(_as_body(marker, body) if sync_calls is not None else body))
     try:
         while True:
             first = min(ends, default=None)
@@ -119,6 +184,8 @@ async def _within(run: Lease, body: Any, ends: list[tuple[float, str]], expired:
     finally:
         if not task.done():  # let the body's own cleanup (except CancelledError, finally) run, for a while
             task.cancel()
+            if sync_calls is not None and sync_calls.runs_query_of(marker):
+                await asyncio.to_thread(sync_calls.cancel_query_of, marker)
             await asyncio.wait({task}, timeout=CANCEL_GRACE)
         if task.done() and not task.cancelled():
             task.exception()  # retrieved: the outcome is the one raised here, not the body's
@@ -130,9 +197,17 @@ class AsyncWorkflowContext(WorkflowContext):
     ``await ctx.sleep`` ...); the properties (``workflow_id``, ``attempt``,
     ``input`` ...) are the same."""
 
-    def __init__(self, *args: Any, on_thread: OnThread = lend_calling_thread, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *args: Any,
+        on_thread: OnThread = lend_calling_thread,
+        sync_calls: SyncCalls | None = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(*args, **kwargs)
         self._on_thread = on_thread
+        #: Where the step bodies' sync calls run: by default the calling thread, lent by ``lend_calling_thread``.
+        self._sync_calls = sync_calls or SyncCalls(timeouts.thread_databases(), shared=False)
 
     def patched(self, change_id: str) -> _Decision:  # type: ignore[override]
         """``WorkflowContext.patched``, awaited: ``if await ctx.patched("id"):``.
@@ -214,7 +289,7 @@ class AsyncWorkflowContext(WorkflowContext):
                 return DeadlineExceeded(f'Workflow {run.id} reached its deadline during step {number} "{name}".')
             return StepTimeout(f'step "{name}" did not return within its timeout of {limit:g}s; it was cancelled')
 
-        return await _within(run, body, ends + _deadline(run), expired)
+        return await _within(run, body, ends + _deadline(run), expired, self._sync_calls)
 
 
 class _Decision:

@@ -85,9 +85,7 @@ class _Body:
     def _run(self) -> None:
         fn, args, kwargs = self._call
         try:
-            # Made now, unconnected, so that the worker holds the very objects
-            # the body's queries will use: no other thread can reach them later.
-            self._databases = [connections[alias] for alias in connections]
+            self._databases = thread_databases()
             self._databases_ready.set()
             self._result = self._context.run(fn, *args, **kwargs)
         except BaseException as exc:  # handed to the worker thread, which decides
@@ -127,6 +125,31 @@ class _Body:
             _cut_off(database, self.what)
 
 
+def thread_databases() -> list[BaseDatabaseWrapper]:
+    """The calling thread's connection wrappers (Django's are per thread), one a
+    database alias, made now if need be, unconnected: another thread that holds
+    them can later end what this thread does with them, as no other can reach them."""
+    return [connections[alias] for alias in connections]
+
+
+def query_running(database: BaseDatabaseWrapper) -> bool:
+    """Whether a query runs now on ``database`` (another thread's, may be)."""
+    raw = database.connection
+    try:
+        return raw is not None and raw.info.transaction_status == pq.TransactionStatus.ACTIVE
+    except Exception:  # broken or closed meanwhile
+        return False
+
+
+def cancel_query(database: BaseDatabaseWrapper) -> None:
+    """Cancel the query another thread runs now on ``database``, if any: a
+    query waiting on a lock or a slow plan would hold its server session for
+    as long as it runs, whatever becomes of the client."""
+    if query_running(database):
+        with contextlib.suppress(Exception):  # ended or broken meanwhile
+            database.connection.cancel_safe(timeout=_CANCEL_TIMEOUT)
+
+
 def _cut_off(database: BaseDatabaseWrapper, what: str) -> None:
     """End the server session of another thread's connection, safely while that
     thread uses it: the query in flight is cancelled and the socket shut down,
@@ -141,12 +164,10 @@ def _cut_off(database: BaseDatabaseWrapper, what: str) -> None:
 
     # An instance attribute: only this thread's wrapper refuses, not the class.
     database.get_new_connection = refuse  # type: ignore[method-assign]
+    cancel_query(database)
     raw = database.connection
     if raw is None:
         return
-    with contextlib.suppress(Exception):  # the connection may be broken or closed already
-        if raw.info.transaction_status == pq.TransactionStatus.ACTIVE:
-            raw.cancel_safe(timeout=_CANCEL_TIMEOUT)
     with contextlib.suppress(Exception):
         shutting = socket.socket(fileno=raw.fileno())
         try:

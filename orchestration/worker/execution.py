@@ -76,15 +76,20 @@ def execute(
 
 @observe.attempt
 async def execute_async(
-    run: Lease, *, on_thread: async_context.OnThread, should_release: Callable[[], bool] = lambda: False
+    run: Lease,
+    *,
+    on_thread: async_context.OnThread,
+    sync_calls: async_context.SyncCalls,
+    should_release: Callable[[], bool] = lambda: False,
 ) -> Outcome:
     """``execute`` for an async workflow, in a running event loop that it
     shares: every engine call (and sync step body) runs through ``on_thread``,
-    off the loop. The run is completed at once, not with a later claim."""
+    off the loop, and its step bodies' own sync calls on ``sync_calls``' thread.
+    The run is completed at once, not with a later claim."""
     started = time.monotonic()
     ctx: WorkflowContext | None = None
     try:
-        definition, ctx, argument = await on_thread(_prepare)(run, should_release, on_thread)
+        definition, ctx, argument = await on_thread(_prepare)(run, should_release, on_thread, sync_calls)
         result = await async_context.watched(run, definition.function(ctx, argument))
         return cast(Outcome, await on_thread(_returned)(run, result, started, None))
     except BaseException as exc:
@@ -94,7 +99,10 @@ async def execute_async(
 
 
 def _prepare(
-    run: Lease, should_release: Callable[[], bool], on_thread: async_context.OnThread | None = None
+    run: Lease,
+    should_release: Callable[[], bool],
+    on_thread: async_context.OnThread | None = None,
+    sync_calls: async_context.SyncCalls | None = None,
 ) -> tuple[WorkflowDefinition, WorkflowContext, Any]:
     """The run's definition, its ``ctx`` (async ones given ``on_thread``) and its argument."""
     if run.deadline is not None and clock.now() >= run.deadline:
@@ -106,6 +114,7 @@ def _prepare(
         context = AsyncWorkflowContext
         if on_thread is not None:
             options["on_thread"] = on_thread
+            options["sync_calls"] = sync_calls
     ctx = context(run, run.recorded_steps(), **options)
     return definition, ctx, definition.argument(run.input_data)
 

@@ -29,12 +29,14 @@ import time
 from collections.abc import Callable, Coroutine
 from typing import Any
 
+from asgiref.sync import sync_to_async
 from django.db import connections
 
 from .. import logs
-from ..async_context import CANCEL_GRACE
+from ..async_context import CANCEL_GRACE, SyncCalls
 from ..lease import Lease, OutagePolicy
 from ..registry import async_workflow_types
+from ..timeouts import thread_databases
 from .dispatch import Dispatcher
 from .execution import Outcome, execute_async
 
@@ -118,6 +120,8 @@ class SharedLoop:
         self._async_types = async_workflow_types()
         self._loop = asyncio.new_event_loop()
         self._database = DatabaseThreads(DATABASE_THREADS, "orchestration-async-db")
+        #: asgiref's thread, where the runs' step bodies' sync calls run (their async ORM queries).
+        self._sync_calls = SyncCalls(self._loop.run_until_complete(sync_to_async(thread_databases)()), shared=True)
         self._lock = threading.Lock()
         self._running = 0
         self._tasks: set[asyncio.Task[None]] = set()
@@ -185,7 +189,9 @@ class SharedLoop:
         outcome = Outcome.ABANDONED
         started = time.monotonic()
         try:
-            outcome = await execute_async(run, on_thread=self._database, should_release=self._should_release)
+            outcome = await execute_async(
+                run, on_thread=self._database, sync_calls=self._sync_calls, should_release=self._should_release
+            )
         except asyncio.CancelledError:
             pass
         except BaseException:

@@ -24,6 +24,9 @@ pytestmark = pytest.mark.django_db(transaction=True)
 #: The connections of a ``runworkers`` besides its threads': its main thread's
 #: (the start's writes), the heartbeat's, the stuck sweep's and the listener's.
 SERVICE_CONNECTIONS = 4
+#: Those of the shared event loop of async runs: its database threads', and
+#: the thread where Django's async ORM runs its queries.
+ASYNC_CONNECTIONS = 4 + 1
 
 
 def worker_named(application_name: str, *args: str, **env: str):
@@ -45,6 +48,16 @@ def sleeper_sessions(workflow) -> list[int]:
             "SELECT pid FROM pg_stat_activity WHERE query LIKE %s", [f"%sleeper {workflow.pk}%"]
         ).fetchall()
         return [pid for (pid,) in rows]
+
+
+def sleeper_running(workflow) -> bool:
+    """Whether ``workflow``'s ``pg_sleep`` still runs."""
+    with other_connection() as other:
+        row = other.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE query LIKE %s AND state = 'active'",
+            [f"%sleeper {workflow.pk}%"],
+        ).fetchone()
+        return row[0] > 0
 
 
 def session_exists(pid: int) -> bool:
@@ -150,3 +163,31 @@ def test_abandoned_bodies__at_the_cap_the_worker_restarts_and_serves_on(workers)
         metrics = samples_of(response.read().decode())
     assert metrics[("orchestration_worker_restarts_total", ())] == 1
     assert metrics[("orchestration_abandoned_step_bodies", ())] == 0
+
+
+def test_async_step_past_its_timeout__is_cancelled_holding_no_connection(workers):
+    name = f"hung-{uuid.uuid4().hex[:8]}"
+    runs = [start_workflow("async_reads_then_hangs", {"hang": 60, "timeout": 0.5}) for _ in range(8)]
+    workers.append(start_workers("--concurrency", "2", "--async-concurrency", "4", env=worker_env(PGAPPNAME=name)))
+    most = 0
+
+    def all_failed() -> bool:
+        nonlocal most
+        most = max(most, connections_of(name))
+        return Workflow.objects.filter(pk__in=[run.pk for run in runs], status="failed").count() == len(runs)
+
+    assert wait_for(all_failed, timeout=40, interval=0.02)
+    assert most <= 2 + SERVICE_CONNECTIONS + ASYNC_CONNECTIONS
+    for run in Workflow.objects.filter(pk__in=[run.pk for run in runs]):
+        assert "StepTimeout" in run.error_message and "it was cancelled" in run.error_message
+
+
+@pytest.mark.parametrize("where", ["in the shared loop", "on a worker thread"])
+def test_async_step_past_its_timeout__ends_the_query_it_waits_on(workers, where):
+    loop = "100" if where == "in the shared loop" else "0"
+    workers.append(start_workers("--concurrency", "1", "--async-concurrency", loop))
+    run = start_workflow("async_sleeps_in_the_database", {"seconds": 60, "timeout": 1})
+    assert wait_for(lambda: sleeper_running(run), timeout=30)
+    assert wait_for(ended(run, "failed"), timeout=15)
+    # Its connection is shared (the async ORM's, or the worker thread's): its query ends, the session stays.
+    assert wait_for(lambda: not sleeper_running(run), timeout=5)

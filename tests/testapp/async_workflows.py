@@ -7,6 +7,8 @@ import asyncio
 import os
 from typing import Any
 
+from asgiref.sync import sync_to_async
+
 from orchestration import workflow
 
 from .models import StepRun
@@ -125,3 +127,28 @@ async def exit_the_process() -> None:
 @workflow("async_exits", max_retries=0)
 async def async_exits(ctx: Any, data: Any) -> Any:
     return await ctx.step("exit", exit_the_process)
+
+
+async def aread_then_hang(ctx: Any, seconds: float) -> dict[str, int]:
+    """Reads through the async ORM, then awaits an outside call with no timeout of its own."""
+    await arecord(ctx, 1, f"attempt {ctx.attempt}")
+    await asyncio.sleep(seconds)
+    return {"attempt": ctx.attempt}
+
+
+@workflow("async_reads_then_hangs", max_retries=2)
+async def async_reads_then_hangs(ctx: Any, data: Any) -> Any:
+    return await ctx.step("read then hang", aread_then_hang, ctx, data["hang"], timeout=data["timeout"])
+
+
+async def asleep_in_the_database(ctx: Any, seconds: float) -> None:
+    """``pg_sleep`` through ``sync_to_async``, as the async ORM runs its queries."""
+    from .endings import sleep_in_the_database
+
+    await sync_to_async(sleep_in_the_database)(ctx, seconds)
+
+
+@workflow("async_sleeps_in_the_database", max_retries=0)
+async def async_sleeps_in_the_database(ctx: Any, data: Any) -> Any:
+    seconds, timeout = data["seconds"], data["timeout"]
+    return await ctx.step("sleep in the database", asleep_in_the_database, ctx, seconds, timeout=timeout)

@@ -65,6 +65,19 @@ def session_exists(pid: int) -> bool:
         return other.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = %s", [pid]).fetchone()[0] == 1
 
 
+def most_connections_until_all_failed(application_name: str, runs) -> int:
+    """The most connections ``application_name`` held at once until every one of ``runs`` failed."""
+    most = 0
+
+    def all_failed() -> bool:
+        nonlocal most
+        most = max(most, connections_of(application_name))
+        return Workflow.objects.filter(pk__in=[run.pk for run in runs], status="failed").count() == len(runs)
+
+    assert wait_for(all_failed, timeout=40, interval=0.02)
+    return most
+
+
 def ended(workflow, status: str):
     return lambda: Workflow.objects.get(pk=workflow.pk).status == status
 
@@ -75,15 +88,7 @@ def test_hung_steps__hold_no_more_connections_than_the_worker_has_threads(worker
     # No restart here: the abandoned bodies pile up in the one process.
     workers.append(worker_named(name, "--concurrency", "4", ORCHESTRATION_MAX_ABANDONED_BODIES="100"))
     steady, threads = 4 + SERVICE_CONNECTIONS, 4
-    most = 0
-
-    def all_failed() -> bool:
-        nonlocal most
-        most = max(most, connections_of(name))
-        return Workflow.objects.filter(pk__in=[run.pk for run in runs], status="failed").count() == len(runs)
-
-    assert wait_for(all_failed, timeout=40, interval=0.02)
-    assert 0 < most <= steady + threads
+    assert 0 < most_connections_until_all_failed(name, runs) <= steady + threads
     for run in Workflow.objects.filter(pk__in=[run.pk for run in runs]):
         assert run.attempts == 3
         assert run.error_message.startswith('Step 1 "read then hang" failed: StepTimeout: ')
@@ -169,15 +174,7 @@ def test_async_step_past_its_timeout__is_cancelled_holding_no_connection(workers
     name = f"hung-{uuid.uuid4().hex[:8]}"
     runs = [start_workflow("async_reads_then_hangs", {"hang": 60, "timeout": 0.5}) for _ in range(8)]
     workers.append(start_workers("--concurrency", "2", "--async-concurrency", "4", env=worker_env(PGAPPNAME=name)))
-    most = 0
-
-    def all_failed() -> bool:
-        nonlocal most
-        most = max(most, connections_of(name))
-        return Workflow.objects.filter(pk__in=[run.pk for run in runs], status="failed").count() == len(runs)
-
-    assert wait_for(all_failed, timeout=40, interval=0.02)
-    assert most <= 2 + SERVICE_CONNECTIONS + ASYNC_CONNECTIONS
+    assert 0 < most_connections_until_all_failed(name, runs) <= 2 + SERVICE_CONNECTIONS + ASYNC_CONNECTIONS
     for run in Workflow.objects.filter(pk__in=[run.pk for run in runs]):
         assert "StepTimeout" in run.error_message and "it was cancelled" in run.error_message
 

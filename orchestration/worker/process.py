@@ -120,12 +120,13 @@ class Worker:
         self._sync_queue_settings()
         previous_handlers = self._install_signal_handlers() if in_main_thread else {}
         logger.info(
-            "worker %s starting: %d threads, %d async runs, queues %s%s",
+            "worker %s starting: %d threads, %d async runs, queues %s%s%s",
             self.worker_id,
             self.concurrency,
             self.async_concurrency,
             ",".join(self.queues) if self.queues else "all",
             ", burst" if self.burst else "",
+            f", restart {restart.restarts_so_far()}" if restart.restarts_so_far() else "",
         )
         restart.count_restarts_so_far()
         # Ready before the process's row says it runs (its claims follow the row at once).
@@ -155,7 +156,8 @@ class Worker:
                 self.shared_loop.close()
             services.stop()
             worker_rows.remove(self.worker_id)
-            for signum, handler in previous_handlers.items():
+            # Kept until the exec when restarting: a signal meanwhile turns the restart into an exit.
+            for signum, handler in previous_handlers.items() if self.restart_because is None else ():
                 signal.signal(signum, handler)
             connections.close_all()
         logger.info("worker %s stopped: %d completed, %d failed attempts", self.worker_id, self.completed, self.failed)

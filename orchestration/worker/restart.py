@@ -6,9 +6,9 @@ whatever else they hold, with no supervisor involved.
 
 Across the exec the pid stays, so a supervisor sees one process that never
 exited; every file descriptor Python and libpq open is close-on-exec (the
-sockets of the database and of ``--metrics-port`` among them), signal
-handlers fall back to their defaults until the new process installs its own,
-and the new process registers a new worker row (the old one was deleted when
+sockets of the database and of ``--metrics-port`` among them), a signal
+that arrives before the exec makes the process exit instead (its handlers
+stay until then), and the new process registers a new worker row (the old one was deleted when
 it stopped). The restarts so far are carried in the environment, so the
 restart counter goes on counting.
 """
@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from collections.abc import Callable
 
 from .. import observe
 
@@ -49,9 +50,12 @@ def command_line() -> list[str]:
     return [sys.executable, *original]
 
 
-def replace_process() -> None:
-    """Execute this process's command again in its place; never returns.
+def replace_process(wanted: Callable[[], bool]) -> None:
+    """Execute this process's command again in its place, unless ``wanted()``
+    turns false first (a signal asked the process to stop); returns only then.
     Call it once every thread that writes to the database has stopped."""
+    if not wanted():
+        return
     observe.restarted()
     env = {**os.environ, RESTARTS_VARIABLE: str(restarts_so_far() + 1)}
     argv = command_line()
@@ -59,4 +63,5 @@ def replace_process() -> None:
     logging.shutdown()  # the exec keeps no buffer: write out what is logged
     sys.stdout.flush()
     sys.stderr.flush()
-    os.execve(sys.executable, argv, env)
+    if wanted():
+        os.execve(sys.executable, argv, env)

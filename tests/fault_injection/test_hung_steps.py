@@ -6,6 +6,7 @@ and a process whose abandoned bodies keep running restarts itself at
 
 from __future__ import annotations
 
+import signal
 import time
 import urllib.request
 import uuid
@@ -188,3 +189,18 @@ def test_async_step_past_its_timeout__ends_the_query_it_waits_on(workers, where)
     assert wait_for(ended(run, "failed"), timeout=15)
     # Its connection is shared (the async ORM's, or the worker thread's): its query ends, the session stays.
     assert wait_for(lambda: not sleeper_running(run), timeout=5)
+
+
+def test_signal__while_stopping_to_restart_makes_the_worker_exit_instead(workers):
+    process = worker_named(f"hung-{uuid.uuid4().hex[:8]}", "--concurrency", "2", ORCHESTRATION_MAX_ABANDONED_BODIES="1")
+    workers.append(process)
+    slow = start_workflow("slow", {"seconds": 3, "steps": 1})  # still running while the process stops
+    assert wait_for(lambda: StepRun.objects.filter(workflow_id=slow.pk).exists(), timeout=30)
+    start_workflow("hangs_ignoring_errors", {"hang": 60, "timeout": 0.5})
+    assert wait_for(lambda: "stopping claiming" in process.log_path.read_text(), timeout=20)
+    process.send_signal(signal.SIGTERM)
+    log, _ = process.communicate(timeout=20)
+    assert process.returncode == 0
+    assert "SIGTERM received while stopping to restart; it will exit instead" in log
+    assert "restarting:" not in log
+    assert Workflow.objects.get(pk=slow.pk).status == "completed"

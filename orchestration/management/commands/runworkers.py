@@ -87,7 +87,10 @@ class Command(BaseCommand):
         with contextlib.nullcontext() if read else observe.unread():
             status = worker.run()
         if worker.restart_because is not None and not status:
-            restart.replace_process()
+            try:
+                restart.replace_process(wanted=lambda: worker.restart_because is not None)
+            except OSError as exc:
+                raise CommandError(f"could not restart ({exc}); exiting, for a supervisor to start it") from None
         if status:  # a thread died: a supervisor restarts the process
             raise CommandError(
                 f"worker thread(s) {', '.join(worker.dead_threads)} died; see the log", returncode=status

@@ -26,11 +26,11 @@ from ..conf import conf
 from ..errors import CONNECTION_ERRORS
 from ..lease import Lease, OutagePolicy
 from ..registry import async_workflow_types
-from . import restart
 from .dispatch import CLAIM_AHEAD_TIMEOUT, Dispatcher
 from .execution import Outcome, execute
 from .links import dead_link_seconds, dead_links_given_up
 from .loop import DATABASE_THREADS, SharedLoop
+from .restart import count_restarts_so_far, restarts_so_far
 from .services import Services, reset_connection
 
 logger = logging.getLogger(__name__)
@@ -126,9 +126,9 @@ class Worker:
             self.async_concurrency,
             ",".join(self.queues) if self.queues else "all",
             ", burst" if self.burst else "",
-            f", restart {restart.restarts_so_far()}" if restart.restarts_so_far() else "",
+            f", restart {restarts_so_far()}" if restarts_so_far() else "",
         )
-        restart.count_restarts_so_far()
+        count_restarts_so_far()
         # Ready before the process's row says it runs (its claims follow the row at once).
         if self.async_concurrency and async_workflow_types():
             self.shared_loop = SharedLoop(

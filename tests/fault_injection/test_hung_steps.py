@@ -95,6 +95,19 @@ def test_hung_steps__hold_no_more_connections_than_the_worker_has_threads(worker
         assert run.error_message.startswith('Step 1 "read then hang" failed: StepTimeout: ')
 
 
+def test_hung_steps__under_the_default_cap_restart_the_worker_within_the_same_connections(workers):
+    name = f"hung-{uuid.uuid4().hex[:8]}"
+    runs = [start_workflow("reads_then_hangs", {"hang": 10, "timeout": 0.5}) for _ in range(3)]
+    process = worker_named(name, "--concurrency", "4")
+    workers.append(process)
+    steady, threads = 4 + SERVICE_CONNECTIONS, 4
+    assert 0 < most_connections_until_all_failed(name, runs) <= steady + threads
+    for run in Workflow.objects.filter(pk__in=[run.pk for run in runs]):
+        assert run.attempts == 3
+        assert run.error_message.startswith('Step 1 "read then hang" failed: StepTimeout: ')
+    assert process.poll() is None and "restarting:" in process.log_path.read_text()
+
+
 def test_abandoned_body__finds_its_database_connection_closed(workers, tmp_path):
     report = tmp_path / "what the body saw"
     run = start_workflow("reads_then_hangs", {"hang": 1.5, "timeout": 0.5, "report": str(report)}, max_retries=0)

@@ -31,7 +31,7 @@ import dataclasses
 import datetime
 import inspect
 import time
-from collections.abc import Callable, Coroutine, Generator, Sequence
+from collections.abc import Callable, Coroutine, Generator, Iterator, Sequence
 from typing import Any
 
 from asgiref.sync import async_to_sync, sync_to_async
@@ -53,9 +53,10 @@ CANCEL_GRACE = 5.0
 OnThread = Callable[[Callable[..., Any]], Callable[..., Coroutine[Any, Any, Any]]]
 
 
-def run(function: Callable[[Any, Any], Coroutine[Any, Any, Any]], ctx: WorkflowContext, data: Any) -> Any:
+def run(function: Callable[[Any, Any], Coroutine[Any, Any, Any]], ctx: AsyncWorkflowContext, data: Any) -> Any:
     """Run an async workflow function (given an ``AsyncWorkflowContext``) to its end from the worker's thread."""
-    return async_to_sync(watched)(ctx._run, function(ctx, data))
+    with ctx.sync_calls.noting():
+        return async_to_sync(watched)(ctx._run, function(ctx, data))
 
 
 def lend_calling_thread(method: Callable[..., Any]) -> Callable[..., Coroutine[Any, Any, Any]]:
@@ -114,20 +115,30 @@ class SyncCalls:
 
     A cancelled body's sync call runs on to its end: its query is cancelled
     (``cancel_query_of``), so that it neither holds a server session in a lock
-    wait or a slow plan nor blocks the thread's other calls. Where the thread
-    serves one run (a worker thread lending itself, ``lend_calling_thread``),
-    a query running on it when the run's step is cancelled is that step's.
-    Where it serves every run of the shared loop (``shared``), each query
-    notes whose body it runs for."""
+    wait or a slow plan nor blocks the thread's other calls (every run's, in
+    the shared loop; the run's own writes, on a worker thread lent to it).
+    While ``noting``, each query on the thread notes whose step body it runs
+    for, so that a cancel reaches that body's query only."""
 
-    def __init__(self, databases: Sequence[BaseDatabaseWrapper], *, shared: bool) -> None:
+    def __init__(self, databases: Sequence[BaseDatabaseWrapper]) -> None:
         self._databases = databases
-        self._shared = shared
-        #: By database alias: the step body whose query runs on it now (``shared`` only).
+        #: By database alias: the step body whose query runs on it now.
         self._running: dict[str, object | None] = {}
-        if shared:
-            for database in databases:
-                database.execute_wrappers.append(self._note)
+
+    @contextlib.contextmanager
+    def noting(self) -> Iterator[None]:
+        """While in it, queries on the thread note their step body (a worker
+        thread pays for it only while it lends itself to an async run)."""
+        self.start_noting()
+        try:
+            yield
+        finally:
+            for database in self._databases:
+                database.execute_wrappers.remove(self._note)
+
+    def start_noting(self) -> None:
+        for database in self._databases:
+            database.execute_wrappers.append(self._note)
 
     def _note(self, execute: Callable[..., Any], sql: Any, params: Any, many: bool, context: Any) -> Any:
         alias = context["connection"].alias
@@ -138,15 +149,13 @@ class SyncCalls:
             self._running[alias] = None
 
     def runs_query_of(self, body: object) -> bool:
-        """Whether a query of ``body`` (or, not ``shared``, any query) runs now."""
-        if self._shared:
-            return any(running is body for running in self._running.values())
-        return any(timeouts.query_running(database) for database in self._databases)
+        """Whether a query of ``body`` runs now."""
+        return any(running is body for running in self._running.values())
 
     def cancel_query_of(self, body: object) -> None:
         """Cancel the query ``body`` runs now, if any (blocks: call it off the loop)."""
         for database in self._databases:
-            if not self._shared or self._running.get(database.alias) is body:
+            if self._running.get(database.alias) is body:
                 timeouts.cancel_query(database)
 
 
@@ -207,7 +216,7 @@ class AsyncWorkflowContext(WorkflowContext):
         super().__init__(*args, **kwargs)
         self._on_thread = on_thread
         #: Where the step bodies' sync calls run: by default the calling thread, lent by ``lend_calling_thread``.
-        self._sync_calls = sync_calls or SyncCalls(timeouts.thread_databases(), shared=False)
+        self.sync_calls = sync_calls or SyncCalls(timeouts.thread_databases())
 
     def patched(self, change_id: str) -> _Decision:  # type: ignore[override]
         """``WorkflowContext.patched``, awaited: ``if await ctx.patched("id"):``.
@@ -289,7 +298,7 @@ class AsyncWorkflowContext(WorkflowContext):
                 return DeadlineExceeded(f'Workflow {run.id} reached its deadline during step {number} "{name}".')
             return StepTimeout(f'step "{name}" did not return within its timeout of {limit:g}s; it was cancelled')
 
-        return await _within(run, body, ends + _deadline(run), expired, self._sync_calls)
+        return await _within(run, body, ends + _deadline(run), expired, self.sync_calls)
 
 
 class _Decision:

@@ -66,7 +66,7 @@ def execute(
     try:
         definition, ctx, argument = _prepare(run, should_release)
         if definition.is_async:
-            result = async_context.run(definition.function, ctx, argument)
+            result = async_context.run(definition.function, cast(AsyncWorkflowContext, ctx), argument)
         else:
             result = definition.function(ctx, argument)
         return _returned(run, result, started, finish_later)

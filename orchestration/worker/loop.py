@@ -121,7 +121,8 @@ class SharedLoop:
         self._loop = asyncio.new_event_loop()
         self._database = DatabaseThreads(DATABASE_THREADS, "orchestration-async-db")
         #: asgiref's thread, where the runs' step bodies' sync calls run (their async ORM queries).
-        self._sync_calls = SyncCalls(self._loop.run_until_complete(sync_to_async(thread_databases)()), shared=True)
+        self._sync_calls = SyncCalls(self._loop.run_until_complete(sync_to_async(thread_databases)()))
+        self._sync_calls.start_noting()  # the thread serves only the loop's runs
         self._lock = threading.Lock()
         self._running = 0
         self._tasks: set[asyncio.Task[None]] = set()

@@ -132,7 +132,7 @@ def thread_databases() -> list[BaseDatabaseWrapper]:
     return [connections[alias] for alias in connections]
 
 
-def query_running(database: BaseDatabaseWrapper) -> bool:
+def _query_running(database: BaseDatabaseWrapper) -> bool:
     """Whether a query runs now on ``database`` (another thread's, may be)."""
     raw = database.connection
     try:
@@ -145,7 +145,7 @@ def cancel_query(database: BaseDatabaseWrapper) -> None:
     """Cancel the query another thread runs now on ``database``, if any: a
     query waiting on a lock or a slow plan would hold its server session for
     as long as it runs, whatever becomes of the client."""
-    if query_running(database):
+    if _query_running(database):
         with contextlib.suppress(Exception):  # ended or broken meanwhile
             database.connection.cancel_safe(timeout=_CANCEL_TIMEOUT)
 

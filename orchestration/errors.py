@@ -17,8 +17,6 @@ import datetime
 from collections.abc import Callable
 from typing import Any
 
-from django.db import InterfaceError, OperationalError
-
 
 class OrchestrationError(Exception):
     """A workflow orchestration error."""
@@ -111,6 +109,10 @@ class RunCancelled(LeaseLost):
     """The workflow was cancelled while this worker ran it; it must write nothing more."""
 
 
+class NotRegisteredHere(ControlFlow):
+    """This worker does not register the run's workflow type: the run waits for a worker that does."""
+
+
 class DeadlineExceeded(ControlFlow):
     """The workflow is past its deadline; it is cancelled."""
 
@@ -143,6 +145,3 @@ PERMANENT_ERRORS: tuple[type[BaseException], ...] = (
     NonDeterministicWorkflow,
     InvalidWorkflowInput,
 )
-
-#: Errors that mean "the database went away", not "this workflow is broken".
-CONNECTION_ERRORS: tuple[type[BaseException], ...] = (OperationalError, InterfaceError)

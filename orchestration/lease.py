@@ -33,8 +33,9 @@ from django.db.models.functions import Coalesce, Now
 
 from . import sql, transitions, waits
 from .conf import conf
-from .errors import CONNECTION_ERRORS, CheckpointRefused, LeaseLost, RunCancelled
+from .errors import CheckpointRefused, LeaseLost, RunCancelled
 from .models import StepStatus, Workflow, WorkflowEvent, WorkflowStatus, WorkflowStep
+from .outages import is_outage
 from .retry import backoff_seconds, should_retry
 from .validation import ERROR_MESSAGE_MAX_LENGTH, TRACEBACK_MAX_LENGTH, storable_text
 
@@ -83,20 +84,28 @@ class RecordedStep(NamedTuple):
 
 @dataclass
 class OutagePolicy:
-    """Retry a write through a database outage while the lease may still be
-    ours: until it is lost, ``give_up`` is set, or ``STUCK_AFTER`` has passed
-    (by then the run is reclaimed). ``pause(error, failures)`` waits between tries."""
+    """Retry a write through a database outage (``outages.is_outage``: lost,
+    unreachable, read-only) while the lease may still be ours: until it is
+    lost, ``give_up`` is set, or ``STUCK_AFTER`` has passed (by then the run is
+    reclaimed). ``pause(error, failures)`` waits between tries; ``resumed()``
+    is told of a write that succeeded after one failed."""
 
     give_up: threading.Event
     pause: Callable[[BaseException, int], None]
+    resumed: Callable[[], None] = lambda: None
 
     def write(self, lease: Lease, attempt: Callable[[], T]) -> T:
         failures = 0
         give_up_at = time.monotonic() + conf.STUCK_AFTER
         while True:
             try:
-                return attempt()
-            except CONNECTION_ERRORS as exc:
+                written = attempt()
+                if failures:
+                    self.resumed()
+                return written
+            except Exception as exc:
+                if not is_outage(exc):
+                    raise
                 failures += 1
                 if lease.lost.is_set() or self.give_up.is_set() or time.monotonic() > give_up_at:
                     raise LeaseLost(f"Workflow {lease.id}: database unavailable too long ({exc})") from exc
@@ -111,9 +120,10 @@ def _through_outages(method: Callable[..., T]) -> Callable[..., T]:
         def attempt() -> T:
             try:
                 return method(lease, *args, **kwargs)
-            except CONNECTION_ERRORS:
-                # The transaction that wrote it is gone: the next try carries it again.
-                lease.checkpoint = checkpoint
+            except Exception as exc:
+                if is_outage(exc):
+                    # The transaction that wrote it is gone: the next try carries it again.
+                    lease.checkpoint = checkpoint
                 raise
 
         policy = lease.outage
@@ -281,6 +291,13 @@ class Lease:
             sql.notify_new_work(conf.DATABASE, self.queue)
 
     @_through_outages
+    def await_worker(self) -> None:
+        """Give the run back untouched, for a worker that registers its type
+        (this one does not: a deploy in progress, say); ``waiting_for`` says so."""
+        waiting_for = waits.Wait.worker(self.workflow_type).text
+        self._fence(lambda rows: transitions.await_worker(rows, waiting_for))
+
+    @_through_outages
     def cancel_past_deadline(self) -> None:
         assert self.deadline is not None
         message = f"Deadline exceeded: the workflow had to finish by {self.deadline.isoformat()}; cancelled."
@@ -355,10 +372,8 @@ class Lease:
                     self._drop_placeholder()
                     return
                 self._lost()
-        except CONNECTION_ERRORS:
-            raise
         except DatabaseError as exc:
-            if outer or self.checkpoint is None:
+            if outer or self.checkpoint is None or is_outage(exc):
                 raise
             self._refuse_checkpoint(exc)
 
@@ -369,10 +384,8 @@ class Lease:
         params = {"id": self.id, "lease": self.lease_token, "step": step, "name": name, **self.checkpoint_params()}
         try:
             rows = sql.run(conf.DATABASE, sql.FENCED_WRITE, params)
-        except CONNECTION_ERRORS:
-            raise
         except DatabaseError as exc:
-            if self.checkpoint is None or connections[conf.DATABASE].in_atomic_block:
+            if self.checkpoint is None or connections[conf.DATABASE].in_atomic_block or is_outage(exc):
                 raise
             self._refuse_checkpoint(exc)
         if not rows[0][0]:

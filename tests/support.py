@@ -172,3 +172,22 @@ def scratch_databases() -> set[str]:
     with connection.cursor() as cursor:
         cursor.execute("SELECT datname FROM pg_database WHERE datname LIKE 'orchestration_benchmark_%%'")
         return {row[0] for row in cursor.fetchall()}
+
+
+@contextlib.contextmanager
+def read_only_failover() -> Iterator[None]:
+    """What a failover to a read-only server looks like to the workers: their
+    connections drop, and every new one is read-only, until the block ends.
+    Only the test database is changed, and it is always changed back; this
+    test's own connection stays writable."""
+    name = connection.settings_dict["NAME"]
+    with connection.cursor() as cursor:
+        cursor.execute(f'ALTER DATABASE "{name}" SET default_transaction_read_only = on')
+        try:
+            cursor.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
+            yield
+        finally:
+            cursor.execute(f'ALTER DATABASE "{name}" RESET default_transaction_read_only')

@@ -45,9 +45,10 @@ from django.db import DatabaseError
 
 from .. import logs
 from ..claims import FinishedRun, finish_and_claim, only_handed_over
-from ..errors import CONNECTION_ERRORS, LeaseLost
+from ..errors import LeaseLost
 from ..flow import RulesCache
 from ..lease import Lease
+from ..outages import is_outage
 from .execution import Outcome, log_completed, record_failure
 from .held import HeldRuns
 
@@ -266,10 +267,10 @@ class Dispatcher:
             if claim is not None:
                 self._claim_round(*claim)
                 return
-        except CONNECTION_ERRORS:
-            self.wake(announced)
-            raise  # the listener reconnects
-        except Exception:
+        except Exception as exc:
+            if is_outage(exc):
+                self.wake(announced)
+                raise  # the listener reconnects
             logger.exception("worker %s: claiming announced work failed; threads claim instead", self.worker_id)
         self.wake(announced)
 
@@ -389,12 +390,12 @@ class Dispatcher:
             runs, completed = finish_and_claim(
                 self.worker_id, self.queues, finished, wanted, rules.limited, rules.keys_or_rates, limited_room
             )
-        except CONNECTION_ERRORS:
-            with self._handoff:  # written by the next claim, or released with the rest on shutdown
-                self._finished[:0] = finished
-            raise
-        except DatabaseError:
-            if not finished:
+        except Exception as exc:
+            if is_outage(exc):
+                with self._handoff:  # written by the next claim, or released with the rest on shutdown
+                    self._finished[:0] = finished
+                raise
+            if not finished or not isinstance(exc, DatabaseError):
                 raise
             # One run's completion the database refuses must not hold back the
             # others' forever: complete each on its own, then claim.
@@ -432,9 +433,9 @@ class Dispatcher:
         self.held.discard(run)
         try:
             run.complete(json.loads(item.output))
-        except CONNECTION_ERRORS:
-            raise
         except DatabaseError as exc:
+            if is_outage(exc):
+                raise  # InterfaceError, the other outage, is not a DatabaseError: it passes too
             run.checkpoint = None  # it may be what was refused; the step runs again
             outcome = record_failure(run, None, exc, time.monotonic() - item.started)
             logger.warning("workflow %s (%s): its completion was refused: %s", run.id, run.workflow_type, outcome)

@@ -23,17 +23,21 @@ from django.db import DatabaseError, connections
 
 from .. import flow, logs, timeouts, worker_rows
 from ..conf import conf
-from ..errors import CONNECTION_ERRORS
 from ..lease import Lease, OutagePolicy
+from ..outages import is_outage
 from ..registry import async_workflow_types
 from .dispatch import CLAIM_AHEAD_TIMEOUT, Dispatcher
 from .execution import Outcome, execute
 from .links import dead_link_seconds, dead_links_given_up
 from .loop import DATABASE_THREADS, SharedLoop
+from .outage import DatabaseOutage
 from .restart import count_restarts_so_far, restarts_so_far
 from .services import Services, reset_connection
 
 logger = logging.getLogger(__name__)
+
+#: ``Worker.run``'s exit status when it gave up on an unavailable database.
+GAVE_UP = 3
 
 
 def worker_identity() -> str:
@@ -56,6 +60,7 @@ class Worker:
         listen: bool = True,
         claim_ahead: int | None = None,
         async_concurrency: int | None = None,
+        give_up_after: float | None = None,
     ) -> None:
         self.concurrency = concurrency or conf.CONCURRENCY
         #: Async runs held in the process's shared event loop (0: each runs on a thread, as a sync run).
@@ -79,7 +84,9 @@ class Worker:
             stopping=self.stopping,
             threads=self.concurrency,
         )
-        self._outage = OutagePolicy(give_up=self.stop_now, pause=self._database_unavailable)
+        #: The database outage the process is waiting out, if any; ``give_up_after`` seconds of it stop the process.
+        self.outage = DatabaseOutage(self.worker_id, give_up_after=give_up_after, on_give_up=self._give_up)
+        self._outage = OutagePolicy(give_up=self.stop_now, pause=self._database_unavailable, resumed=self.outage.over)
         #: Abandoned step bodies still running that make the process restart (``MAX_ABANDONED_BODIES``).
         self.most_abandoned: int = conf.MAX_ABANDONED_BODIES or self.concurrency
         #: Why the process stopped to restart itself (``worker.restart``); None: it stops for good.
@@ -99,7 +106,9 @@ class Worker:
 
     def run(self) -> int:
         """Run until stopped (or, with ``burst``, until nothing is due); return
-        the exit status: 0, or 1 when one of its threads died (see ``_thread_died``)."""
+        the exit status: 0, 1 when one of its threads died (see ``_thread_died``),
+        or ``GAVE_UP`` when the database was unavailable for ``give_up_after``
+        seconds (``outage.gave_up`` says why)."""
         # The run lines are written by one thread (see ``logs``); every connection opened gives up a silent link.
         with logs.writing(), dead_links_given_up(conf.DATABASE, conf.STUCK_AFTER) as added:
             if added:
@@ -161,6 +170,8 @@ class Worker:
                 signal.signal(signum, handler)
             connections.close_all()
         logger.info("worker %s stopped: %d completed, %d failed attempts", self.worker_id, self.completed, self.failed)
+        if self.outage.gave_up is not None:
+            return GAVE_UP
         if self.dead_threads:
             logger.error(
                 "worker %s: exiting with status 1: thread(s) %s died", self.worker_id, ", ".join(self.dead_threads)
@@ -300,13 +311,13 @@ class Worker:
                 try:
                     run = dispatcher.next_run()
                     failures = 0
-                except CONNECTION_ERRORS as exc:
+                    self.outage.over()
+                except Exception as exc:
                     failures += 1
-                    self._database_unavailable(exc, failures)
-                    continue
-                except Exception:
+                    if is_outage(exc):
+                        self._database_unavailable(exc, failures)
+                        continue
                     # Never let the thread die: log, drop the connection, retry shortly.
-                    failures += 1
                     logger.exception("worker %s: claiming failed", self.worker_id)
                     reset_connection()
                     self.stopping.wait(min(30.0, 0.5 * 2 ** min(failures - 1, 6)))
@@ -344,7 +355,11 @@ class Worker:
                 dispatcher.held.discard(run)
 
     def _database_unavailable(self, exc: BaseException, failures: int) -> None:
-        delay = min(30.0, 0.5 * 2 ** min(failures - 1, 6))
-        logger.warning("worker %s: database unavailable (%s); retrying in %.1fs", self.worker_id, exc, delay)
-        reset_connection()
-        self.stopping.wait(delay)
+        self.outage.wait(exc, failures, self.stopping)
+
+    def _give_up(self) -> None:
+        """The database was unavailable for ``give_up_after`` seconds: stop, releasing
+        nothing that an outage keeps it from writing (its runs are reclaimed as stuck)."""
+        logger.error("worker %s: %s; stopping", self.worker_id, self.outage.gave_up)
+        self.stop()
+        self.stop_now.set()

@@ -4,7 +4,6 @@ thread dies anyway exits non-zero instead of running on without it."""
 
 from __future__ import annotations
 
-import contextlib
 import subprocess
 import time
 import uuid
@@ -15,30 +14,12 @@ from django.db import connection
 from orchestration import start_workflow
 from orchestration.models import Workflow
 from tests.acceptance.test_runworkers import wait_for
-from tests.support import start_workers, worker_env
+from tests.support import read_only_failover, start_workers, worker_env
 from tests.testapp.models import StepRun
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 FAST_LIVENESS = dict(ORCHESTRATION_STUCK_AFTER="2", ORCHESTRATION_HEARTBEAT_INTERVAL="0.3")
-
-
-@contextlib.contextmanager
-def read_only_failover():
-    """What a failover to a read-only server looks like to the workers: their
-    connections drop, and every new one is read-only, until the block ends."""
-    name = connection.settings_dict["NAME"]
-    with connection.cursor() as cursor:
-        cursor.execute(f'ALTER DATABASE "{name}" SET default_transaction_read_only = on')
-        cursor.execute(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
-        )
-    try:
-        yield
-    finally:
-        with connection.cursor() as cursor:
-            cursor.execute(f'ALTER DATABASE "{name}" RESET default_transaction_read_only')
 
 
 def heartbeat_of(workflow):

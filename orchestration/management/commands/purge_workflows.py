@@ -3,14 +3,15 @@ from __future__ import annotations
 import datetime
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 
 from orchestration import clock, retention
 from orchestration.management.arguments import Bounded
+from orchestration.management.outage import ReportsOutages
 from orchestration.models import FINISHED_STATUSES
 
 
-class Command(BaseCommand):
+class Command(ReportsOutages):
     help = (
         "Delete finished workflows (completed, failed, cancelled) and their steps once they finished "
         "more than --older-than days ago. Pending and running workflows are never touched, nor a finished "

@@ -15,6 +15,9 @@ from orchestration.metrics import INSTALL_HINT
 from orchestration.validation import InvalidWorkflowInput, validate_queue
 from orchestration.worker import Worker, restart
 
+#: Seconds of database outage after which ``--burst`` gives up (``--give-up-after``).
+BURST_GIVE_UP_AFTER = 30.0
+
 
 class Command(BaseCommand):
     help = "Run workflow workers: claim pending workflows and run them until stopped (SIGTERM/SIGINT)."
@@ -32,6 +35,13 @@ class Command(BaseCommand):
         )
         parser.add_argument("--queues", default=None, help="comma-separated queues to serve (default: all)")
         parser.add_argument("--burst", action="store_true", help="exit once nothing is due and nothing is held")
+        parser.add_argument(
+            "--give-up-after",
+            **POSITIVE_SECONDS,
+            default=None,
+            help="exit with status 3 once the database has been unavailable this many seconds (default: "
+            f"{BURST_GIVE_UP_AFTER:g} with --burst; without it, never)",
+        )
         parser.add_argument("--poll-interval", **POSITIVE_SECONDS, default=None, help="seconds between polls when idle")
         parser.add_argument(
             "--no-listen", action="store_true", help="do not LISTEN for new work; rely on polling (PgBouncer)"
@@ -82,10 +92,13 @@ class Command(BaseCommand):
             listen=not options["no_listen"],
             claim_ahead=options["claim_ahead"],
             async_concurrency=options["async_concurrency"],
+            give_up_after=options["give_up_after"] or (BURST_GIVE_UP_AFTER if options["burst"] else None),
         )
         read = options["metrics_port"] or observe.shared_between_processes()
         with contextlib.nullcontext() if read else observe.unread():
             status = worker.run()
+        if worker.outage.gave_up is not None:
+            raise CommandError(f"runworkers {worker.outage.gave_up}", returncode=status)
         if worker.restart_because is not None and not status:
             try:
                 restart.replace_process(wanted=lambda: worker.restart_because is not None)

@@ -5,19 +5,20 @@ import dataclasses
 import json
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 
 from orchestration import flow
 from orchestration.errors import InvalidQueueLimit, UnknownQueue
 from orchestration.management.arguments import Bounded
 from orchestration.management.commands.workflow_stats import render_table
+from orchestration.management.outage import ReportsOutages
 from orchestration.validation import parse_rate
 
 #: The limits' options, and how a value is read ("none" lifts a limit).
 LIMIT_OPTIONS = {"concurrency": int, "key_concurrency": int, "rate_limit": str, "key_rate_limit": str}
 
 
-class Command(BaseCommand):
+class Command(ReportsOutages):
     help = (
         "The queues' flow control: list them (limits, running, throttled), pause or resume one, "
         "or change its limits. Every worker applies a change within a poll interval."

@@ -3,14 +3,15 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import CommandParser
 from django.core.serializers.json import DjangoJSONEncoder
 
 from orchestration import stats
 from orchestration.management.arguments import Bounded
+from orchestration.management.outage import ReportsOutages
 
 
-class Command(BaseCommand):
+class Command(ReportsOutages):
     help = "Print the three monitoring reports: success rate per type, stuck workflows, average step durations."
 
     def add_arguments(self, parser: CommandParser) -> None:

@@ -90,6 +90,11 @@ def get_workflow(name: str) -> WorkflowDefinition:
         ) from None
 
 
+def find_workflow(name: str) -> WorkflowDefinition | None:
+    """The registered workflow ``name``, or None when this process does not register it."""
+    return _registry.get(name)
+
+
 def async_workflow_types() -> frozenset[str]:
     """The names of the registered ``async def`` workflows."""
     return frozenset(name for name, definition in _registry.items() if definition.is_async)

@@ -193,7 +193,8 @@ WAITING_SQL = """
 SELECT
     COUNT(*) FILTER (WHERE split_part(waiting_for, ':', 1) = 'timer') AS timer,
     COUNT(*) FILTER (WHERE split_part(waiting_for, ':', 1) = 'event') AS event,
-    COUNT(*) FILTER (WHERE split_part(waiting_for, ':', 1) = 'children') AS children
+    COUNT(*) FILTER (WHERE split_part(waiting_for, ':', 1) = 'children') AS children,
+    COUNT(*) FILTER (WHERE split_part(waiting_for, ':', 1) = 'worker') AS worker
 FROM workflows
 WHERE status = 'pending' AND waiting_for IS NOT NULL AND run_after > now();
 """
@@ -270,7 +271,7 @@ def queue_depth() -> Report:
 
 
 def waiting_counts() -> dict[str, int]:
-    """Pending workflows that wait, by what for: ``{"timer": n, "event": n, "children": n}``,
+    """Pending workflows that wait, by what for: ``{"timer": n, "event": n, "children": n, "worker": n}``,
     keyed by ``waits.WaitKind`` value.
 
     A wait that is over (its timer is due, or an event or a child woke it)

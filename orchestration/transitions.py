@@ -19,8 +19,20 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db import IntegrityError, transaction
-from django.db.models import DurationField, F, Func, JSONField, Q, QuerySet, TextField, Value
-from django.db.models.functions import Cast, Coalesce, JSONObject, Least, Now
+from django.db.models import (
+    Case,
+    DurationField,
+    ExpressionWrapper,
+    F,
+    Func,
+    JSONField,
+    Q,
+    QuerySet,
+    TextField,
+    Value,
+    When,
+)
+from django.db.models.functions import Cast, Coalesce, Greatest, JSONObject, Least, Now
 
 from . import sql, waits
 from .conf import conf
@@ -61,6 +73,7 @@ MOVES: dict[str, Move] = {
     "fail": Move((RUNNING,), FAILED, (Actor.WORKER,)),
     "release": Move((RUNNING,), PENDING, (Actor.WORKER,)),
     "suspend": Move((RUNNING,), PENDING, (Actor.WORKER,)),
+    "await_worker": Move((RUNNING,), PENDING, (Actor.WORKER,)),
     "cancel_past_deadline": Move((RUNNING,), CANCELLED, (Actor.WORKER,)),
     # A run whose worker stopped heartbeating (recovery.reclaim):
     "requeue_stuck": Move((RUNNING,), PENDING, (Actor.SWEEP, Actor.OPERATOR)),
@@ -172,6 +185,31 @@ def release(rows: QuerySet[Workflow]) -> int:
 def suspend(rows: QuerySet[Workflow], wake_at: datetime.datetime, waiting_for: str) -> int:
     """Back to pending until ``wake_at`` (or a wake-up), the attempt given back: a wait spends none."""
     return _move(rows, "suspend", attempts=F("attempts") - 1, run_after=wake_at, waiting_for=waiting_for)
+
+
+#: How long a run claimed by a worker that does not register its type waits
+#: before it is claimed again: a tenth of its age, within these bounds. A run
+#: started during a deploy is soon found by a worker of the new code; one that
+#: no worker registers costs a claim a minute until an operator cancels it.
+AWAIT_WORKER_DELAY = (datetime.timedelta(seconds=1), datetime.timedelta(seconds=60))
+
+
+def await_worker(rows: QuerySet[Workflow], waiting_for: str) -> int:
+    """Back to pending, untouched as if never claimed (its attempt given back,
+    never started if this was its first claim), until a short wait has passed
+    (``AWAIT_WORKER_DELAY``): it waits for a worker that registers its type."""
+    shortest, longest = AWAIT_WORKER_DELAY
+    age = ExpressionWrapper((Now() - F("created_at")) / 10, output_field=DurationField())
+    delay = Least(Value(longest), Greatest(Value(shortest), age))
+    never_started = Case(When(attempts__lte=1, then=Value(None)), default=F("started_at"))
+    return _move(
+        rows,
+        "await_worker",
+        attempts=F("attempts") - 1,
+        started_at=never_started,
+        run_after=Now() + delay,
+        waiting_for=waiting_for,
+    )
 
 
 def cancel_past_deadline(rows: QuerySet[Workflow], message: str) -> int:

@@ -41,11 +41,14 @@ class WaitKind(enum.StrEnum):
     TIMER = "timer"
     EVENT = "event"
     CHILDREN = "children"
+    #: A worker that registers the run's type (claimed by one that does not, during a deploy).
+    WORKER = "worker"
 
     @property
     def label(self) -> str:
         """Words for it: "waiting for {label}"."""
-        return {"timer": "a timer", "event": "an event", "children": "child workflows"}[self.value]
+        labels = {"timer": "a timer", "event": "an event", "children": "child workflows", "worker": "a worker"}
+        return labels[self.value]
 
 
 @dataclass(frozen=True)
@@ -68,6 +71,10 @@ class Wait:
     @classmethod
     def children(cls, finished: int, total: int) -> Wait:
         return cls(WaitKind.CHILDREN, f"{finished} of {total} finished")
+
+    @classmethod
+    def worker(cls, workflow_type: str) -> Wait:
+        return cls(WaitKind.WORKER, f"one that registers workflow type {workflow_type!r}")
 
     @property
     def text(self) -> str:

@@ -23,11 +23,12 @@ from ..errors import (
     CheckpointRefused,
     DeadlineExceeded,
     LeaseLost,
+    NotRegisteredHere,
     ReleaseRequested,
     Suspend,
 )
 from ..lease import Lease
-from ..registry import WorkflowDefinition, get_workflow
+from ..registry import WorkflowDefinition, find_workflow, registered_workflows
 from ..validation import to_json_text
 
 logger = logs.RunLogger(__name__)
@@ -44,6 +45,12 @@ class Outcome(enum.StrEnum):
     CANCELLED = "cancelled"
     #: The lease was lost or the workflow cancelled: nothing more was written.
     ABANDONED = "abandoned"
+    #: Given back untouched: this worker does not register its type.
+    NOT_REGISTERED_HERE = "not registered here"
+
+
+#: The workflow types this process gave back for not registering them: each is logged once.
+_unregistered_types_seen: set[str] = set()
 
 
 @observe.attempt
@@ -107,7 +114,9 @@ def _prepare(
     """The run's definition, its ``ctx`` (async ones given ``on_thread``) and its argument."""
     if run.deadline is not None and clock.now() >= run.deadline:
         raise DeadlineExceeded()
-    definition = get_workflow(run.workflow_type)
+    definition = find_workflow(run.workflow_type)
+    if definition is None:
+        raise NotRegisteredHere()
     options: dict[str, Any] = {"should_release": should_release, "step_timeout": definition.step_timeout}
     context: type[WorkflowContext] = WorkflowContext
     if definition.is_async:
@@ -140,9 +149,29 @@ def _ended(run: Lease, ctx: WorkflowContext | None, exc: BaseException, started:
     if isinstance(exc, Suspend):
         until, wait, ready = exc.until, exc.wait, exc.ready
         return _settle(run, lambda: run.suspend(until, wait, ready), Outcome.WAITING, f"waiting for {wait.text}")
+    if isinstance(exc, NotRegisteredHere):
+        return _give_back_unregistered(run)
     if isinstance(exc, DeadlineExceeded):
         return _settle(run, run.cancel_past_deadline, Outcome.CANCELLED, "cancelled: deadline")
     return record_failure(run, ctx, exc, time.monotonic() - started)  # the engine's own (ControlFlow) are above
+
+
+def _give_back_unregistered(run: Lease) -> Outcome:
+    """A run of a type this process does not register never fails or is
+    cancelled for it: in a rolling deploy, a worker of the old code claims
+    runs of a type only the new code has. It goes back to pending untouched,
+    for a worker that registers the type, and the type is logged once."""
+    outcome = _settle(run, run.await_worker, Outcome.NOT_REGISTERED_HERE, "given back: its type is not registered here")
+    if outcome == Outcome.NOT_REGISTERED_HERE and run.workflow_type not in _unregistered_types_seen:
+        _unregistered_types_seen.add(run.workflow_type)
+        logger.warning(
+            "workflow %s: this worker does not register workflow type %r, so its runs go back to pending for a "
+            "worker that does (a deploy in progress, or code that is missing here); this process registers %s",
+            run.id,
+            run.workflow_type,
+            ", ".join(sorted(registered_workflows())) or "no type",
+        )
+    return outcome
 
 
 def log_completed(run: Lease, started: float) -> None:

@@ -44,6 +44,18 @@ def test_patched__a_run_suspended_on_the_old_code_resumes_through_the_old_branch
     assert (new.status, new.output_data, new.patches) == ("completed", "charge v2", {"charge-v2": 1})
 
 
+def test_rolling_deploy__a_worker_of_the_old_code_gives_runs_of_a_new_type_back_and_one_of_the_new_runs_them():
+    runs = [start_workflow("added_in_a_deploy") for _ in range(3)]
+    old_code = run_burst("--concurrency", "2", env=worker_env(TESTAPP_OLD_CODE="1"))
+    assert old_code.returncode == 0, old_code.stderr
+    assert old_code.stderr.count("does not register workflow type 'added_in_a_deploy'") == 1
+    for run in Workflow.objects.filter(pk__in=[run.pk for run in runs]):
+        assert (run.status, run.attempts, run.error_message, bodies_run(run)) == ("pending", 0, None, [])
+    time.sleep(max(0.0, max(run.run_after.timestamp() for run in Workflow.objects.all()) - time.time()))
+    burst_on(1)  # the new code
+    assert sorted(Workflow.objects.values_list("status", "attempts", "output_data")) == [("completed", 1, "new")] * 3
+
+
 def test_fork__a_forked_run_completes_without_running_the_copied_steps_again():
     original = start_workflow("three_steps", {"order": 7})
     burst_on(1)

@@ -239,6 +239,18 @@ def test_workflow_list__shows_what_a_waiting_workflow_waits_for_and_until_when(a
     assert '<span class="orch-why">children: 1 of 3 finished</span>' in row_of(html, children)
 
 
+def test_workflow_list__a_run_no_worker_here_registers_says_it_waits_for_a_worker(admin_client):
+    unknown = WorkflowFactory(workflow_type="nobody_registers_this")
+    drain()
+    row = row_of(admin_client.get(LIST_URL).content.decode(), Workflow.objects.get(pk=unknown.pk))
+    assert (
+        '<span class="orch-why">worker: one that registers workflow type &#x27;nobody_registers_this&#x27;</span>'
+        in row
+    )
+    filtered = admin_client.get(LIST_URL, {"pending": "worker"}).content.decode()
+    assert str(unknown.pk) in filtered
+
+
 def test_workflow_list__other_pending_workflows_say_why_they_are_pending(admin_client):
     due = WorkflowFactory(status="pending")
     retry_at = timezone.now() + datetime.timedelta(seconds=30)
@@ -365,7 +377,7 @@ def test_waiting_counts__counts_waits_by_kind_leaving_out_those_already_woken():
     sleeping(minutes=-1)  # its timer is over: due
     waiting_for_children(0, 5)
     WorkflowFactory(status="pending")
-    assert stats.waiting_counts() == {"timer": 1, "event": 2, "children": 1}
+    assert stats.waiting_counts() == {"timer": 1, "event": 2, "children": 1, "worker": 0}
 
 
 def test_queue_depth__counts_waiting_workflows_apart_from_those_due_later():

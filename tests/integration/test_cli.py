@@ -79,6 +79,16 @@ def test_list__as_a_table():
     assert run("list", "--status", "running").splitlines()[-1] == "(no workflow matches)"
 
 
+def test_list__a_run_no_worker_here_registers_is_shown_waiting_for_a_worker():
+    unknown = WorkflowFactory(workflow_type="nobody_registers_this")
+    WorkflowFactory(workflow_type="echo")
+    drain()
+    row = run("list", "--pending", "worker").splitlines()[1]
+    assert row.startswith(f"{unknown.pk}  nobody_registers_this  pending (waiting for a worker)")
+    shown = run("show", str(unknown.pk))
+    assert "waiting for:worker: one that registers workflow type 'nobody_registers_this'" in shown
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

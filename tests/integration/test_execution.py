@@ -1,9 +1,16 @@
 """Step checkpointing, replay, retries and failures, run in the test's thread."""
 
+import datetime
+import logging
+import uuid
+
 import pytest
+from django.db.models.functions import Now
+from django.utils import timezone
 
 from orchestration import claims, start_workflow
 from orchestration.models import Workflow, WorkflowStep
+from tests.factories import WorkflowFactory, WorkflowStepFactory
 from tests.support import drain
 from tests.testapp.models import StepRun
 
@@ -89,14 +96,68 @@ def test_non_json_return_value__fails_at_once():
     assert "return value of workflow 'non_json_output' is not JSON-serialisable" in workflow.error_message
 
 
-def test_unknown_type_inserted_by_sql__fails_in_the_worker_and_the_worker_carries_on():
-    bad = Workflow.objects.create(workflow_type="nobody_registers_this")
+def test_unregistered_type__goes_back_to_pending_untouched_and_the_worker_carries_on():
+    unknown = WorkflowFactory(workflow_type="nobody_registers_this")
     good = start_workflow("three_steps")
-    assert sorted(drain()) == ["completed", "failed"]
-    bad.refresh_from_db()
+    assert sorted(drain()) == ["completed", "not registered here"]
+    unknown.refresh_from_db()
     good.refresh_from_db()
-    assert bad.status == "failed" and "Unknown workflow type 'nobody_registers_this'" in bad.error_message
+    assert (unknown.status, unknown.attempts, unknown.started_at, unknown.lease_token) == ("pending", 0, None, None)
+    assert (unknown.error_message, unknown.error_history, unknown.current_step) == (None, None, 0)
+    assert unknown.waiting_for == "worker: one that registers workflow type 'nobody_registers_this'"
+    assert not WorkflowStep.objects.filter(workflow=unknown).exists()
     assert good.status == "completed"
+
+
+def test_unregistered_type__waits_a_second_when_young_and_a_minute_at_most_when_old():
+    young = WorkflowFactory(workflow_type="nobody_registers_this")
+    old = WorkflowFactory(workflow_type="nobody_registers_this")
+    Workflow.objects.filter(pk=old.pk).update(created_at=timezone.now() - datetime.timedelta(days=2))
+    assert drain() == ["not registered here"] * 2
+    waits = {
+        pk: (run_after - now).total_seconds()
+        for pk, run_after, now in Workflow.objects.annotate(now=Now()).values_list("pk", "run_after", "now")
+    }
+    assert waits[young.pk] == pytest.approx(1.0, abs=0.01) and waits[old.pk] == pytest.approx(60.0, abs=0.01)
+
+
+def test_unregistered_type__never_fails_however_often_it_is_claimed():
+    unknown = WorkflowFactory(workflow_type="nobody_registers_this", max_retries=0)
+    for _ in range(5):
+        Workflow.objects.filter(pk=unknown.pk).update(run_after=None)  # its wait over
+        assert drain() == ["not registered here"]
+    unknown.refresh_from_db()
+    assert (unknown.status, unknown.attempts) == ("pending", 0)
+
+
+def test_unregistered_type__is_logged_once_per_type_by_a_process(caplog):
+    first, other = (f"new_code_{uuid.uuid4().hex[:8]}" for _ in range(2))  # never logged by this process before
+    for workflow_type in (first, first, other):
+        WorkflowFactory(workflow_type=workflow_type)
+    with caplog.at_level(logging.WARNING, logger="orchestration"):
+        assert drain() == ["not registered here"] * 3
+        Workflow.objects.update(run_after=None)
+        assert drain() == ["not registered here"] * 3
+    logged = [
+        record.getMessage() for record in caplog.records if "does not register workflow type" in record.getMessage()
+    ]
+    assert len(logged) == 2 and any(f"'{other}'" in line for line in logged)
+
+
+def test_unregistered_type__a_run_that_made_progress_keeps_its_steps_and_start():
+    workflow = WorkflowFactory(workflow_type="nobody_registers_this", attempts=2, current_step=1)
+    WorkflowStepFactory(workflow=workflow, step_number=1)
+    started = timezone.now() - datetime.timedelta(minutes=5)
+    Workflow.objects.filter(pk=workflow.pk).update(started_at=started)
+    assert drain() == ["not registered here"]
+    workflow.refresh_from_db()
+    assert (workflow.status, workflow.attempts, workflow.started_at, workflow.current_step) == (
+        "pending",
+        2,
+        started,
+        1,
+    )
+    assert list(WorkflowStep.objects.filter(workflow=workflow).values_list("status", flat=True)) == ["completed"]
 
 
 def test_replay_calling_a_different_step_name__fails_as_non_deterministic():

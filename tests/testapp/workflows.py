@@ -246,6 +246,13 @@ def versioned(ctx: Any, data: Any) -> Any:
     return charged["label"]
 
 
+if not os.environ.get("TESTAPP_OLD_CODE"):  # a worker of the code before the deploy does not register it
+
+    @workflow("added_in_a_deploy", max_retries=0)
+    def added_in_a_deploy(ctx: Any, data: Any) -> Any:
+        return ctx.step("new", record, ctx, 1, "new")["label"]
+
+
 # -- declared input (orchestration.inputs) ------------------------------------
 
 

@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import psycopg
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import OperationalError
 from django.utils import timezone
@@ -28,7 +28,9 @@ import orchestration
 from orchestration import api, listing, stats
 from orchestration.errors import InvalidTransition, InvalidWorkflowInput
 from orchestration.management.arguments import POSITIVE_SECONDS, Bounded
+from orchestration.management.outage import ReportsOutages
 from orchestration.models import Workflow
+from orchestration.waits import Wait
 
 BAD_ARGUMENT, NOT_FOUND, REFUSED, UNAVAILABLE = 2, 3, 4, 5
 
@@ -50,7 +52,7 @@ def _since(value: str) -> datetime.datetime:
     return moment if timezone.is_aware(moment) else timezone.make_aware(moment)
 
 
-class Command(BaseCommand):
+class Command(ReportsOutages):
     help = "Watch and repair workflows: list, show, workers, retry, restart, cancel, send-event, pause, resume."
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -65,7 +67,9 @@ class Command(BaseCommand):
 
         found = verb("list", "Workflows, newest first, with the admin list's filters.")
         found.add_argument("--status", help="pending, running, completed, failed or cancelled")
-        found.add_argument("--pending", metavar="WHY", help="due, waiting, timer, event, children, retrying, scheduled")
+        found.add_argument(
+            "--pending", metavar="WHY", help="due, waiting, timer, event, children, worker, retrying, scheduled"
+        )
         found.add_argument("--type", dest="workflow_type", help="a workflow type")
         found.add_argument("--queue", help="a queue")
         found.add_argument("--since", type=_since, help="created since: a date, a moment or an age (6h, 7d)")
@@ -305,6 +309,9 @@ def _workflow_id(text: str) -> uuid.UUID:
 def _status(row: dict[str, Any]) -> str:
     if row["status"] != "pending" or row["pending_reason"] in (None, "due"):
         return str(row["status"])
+    wait = Wait.parse(row["waiting_for"]) if row["pending_reason"] == "waiting" else None
+    if wait is not None:
+        return f"pending (waiting for {wait.kind.label})"
     return f"pending ({row['pending_reason']})"
 
 

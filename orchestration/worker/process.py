@@ -86,7 +86,7 @@ class Worker:
         )
         #: The database outage the process is waiting out, if any; ``give_up_after`` seconds of it stop the process.
         self.outage = DatabaseOutage(self.worker_id, give_up_after=give_up_after, on_give_up=self._give_up)
-        self._outage = OutagePolicy(give_up=self.stop_now, pause=self._database_unavailable, resumed=self.outage.over)
+        self._outage = OutagePolicy(give_up=self.stop_now, pause=self._write_unavailable, resumed=self.outage.over)
         #: Abandoned step bodies still running that make the process restart (``MAX_ABANDONED_BODIES``).
         self.most_abandoned: int = conf.MAX_ABANDONED_BODIES or self.concurrency
         #: Why the process stopped to restart itself (``worker.restart``); None: it stops for good.
@@ -356,6 +356,11 @@ class Worker:
 
     def _database_unavailable(self, exc: BaseException, failures: int) -> None:
         self.outage.wait(exc, failures, self.stopping)
+
+    def _write_unavailable(self, exc: BaseException, failures: int) -> None:
+        # A held run's write waits through a shutdown's grace period too: only
+        # ``stop_now`` (which also makes the write give up) cuts its wait short.
+        self.outage.wait(exc, failures, self.stop_now)
 
     def _give_up(self) -> None:
         """The database was unavailable for ``give_up_after`` seconds: stop, releasing

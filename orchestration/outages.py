@@ -59,11 +59,11 @@ def is_outage(exc: BaseException) -> bool:
 def database_name(alias: str) -> str:
     """The database of ``alias`` as ``host:port/name`` (never its password), for messages."""
     params: dict[str, Any] = connections[alias].settings_dict
-    host = params.get("HOST") or "localhost"
-    port = params.get("PORT") or "5432"
-    if "," in str(host):  # a multi-host URL: the port (or ports) follow each host
-        return f"{host}/{params.get('NAME')}"
-    return f"{host}:{port}/{params.get('NAME')}"
+    hosts = str(params.get("HOST") or "localhost").split(",")
+    ports = str(params.get("PORT") or "5432").split(",")
+    if len(ports) != len(hosts):  # a multi-host URL with one port for all
+        ports = ports[:1] * len(hosts)
+    return ",".join(f"{host}:{port}" for host, port in zip(hosts, ports, strict=True)) + f"/{params.get('NAME')}"
 
 
 def cause(exc: BaseException) -> str:

@@ -5,7 +5,6 @@ import logging
 import uuid
 
 import pytest
-from django.db.models.functions import Now
 from django.utils import timezone
 
 from orchestration import claims, start_workflow
@@ -114,9 +113,10 @@ def test_unregistered_type__waits_a_second_when_young_and_a_minute_at_most_when_
     old = WorkflowFactory(workflow_type="nobody_registers_this")
     Workflow.objects.filter(pk=old.pk).update(created_at=timezone.now() - datetime.timedelta(days=2))
     assert drain() == ["not registered here"] * 2
+    # From the moment it was given back (updated_at, written by the same statement).
     waits = {
-        pk: (run_after - now).total_seconds()
-        for pk, run_after, now in Workflow.objects.annotate(now=Now()).values_list("pk", "run_after", "now")
+        pk: (run_after - given_back).total_seconds()
+        for pk, run_after, given_back in Workflow.objects.values_list("pk", "run_after", "updated_at")
     }
     assert waits[young.pk] == pytest.approx(1.0, abs=0.01) and waits[old.pk] == pytest.approx(60.0, abs=0.01)
 

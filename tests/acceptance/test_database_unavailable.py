@@ -39,6 +39,15 @@ def test_burst__gives_up_on_a_database_that_is_not_there_with_one_line_and_statu
     assert result.stderr.count("is unavailable") <= 3  # the first, the give-up, the exit: not a line per try
 
 
+def test_burst__gives_up_after_30s_by_default(nowhere):
+    env, _ = nowhere
+    began = time.monotonic()
+    result = run_burst(env=env, timeout=90)
+    took = time.monotonic() - began
+    assert result.returncode == 3 and 30 <= took < 60, (took, result.stderr)
+    assert "runworkers gave up after 30s" in result.stderr.strip().splitlines()[-1]
+
+
 def test_long_running_worker__keeps_trying_a_database_that_is_not_there(nowhere, workers):
     env, _ = nowhere
     process = start_workers("--concurrency", "1", env=env)

@@ -35,12 +35,14 @@ from collections.abc import Callable, Coroutine, Generator, Iterator, Sequence
 from typing import Any
 
 from asgiref.sync import async_to_sync, sync_to_async
+from django.db import Error, connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from . import clock, observe, timeouts
 from .context import ChildHandle, WorkflowContext
 from .errors import ControlFlow, DeadlineExceeded, LeaseLost, PermanentError, StepTimeout
 from .lease import Lease
+from .outages import is_outage
 from .validation import to_json, validate_step_timeout
 
 #: How often an async step body is checked for a lost lease while it runs (seconds).
@@ -57,6 +59,12 @@ def run(function: Callable[[Any, Any], Coroutine[Any, Any, Any]], ctx: AsyncWork
     """Run an async workflow function (given an ``AsyncWorkflowContext``) to its end from the worker's thread."""
     with ctx.sync_calls.noting():
         return async_to_sync(watched)(ctx._run, function(ctx, data))
+
+
+def _close_connections() -> None:
+    """Close this thread's connections: its next query connects afresh."""
+    with contextlib.suppress(Error):
+        connections.close_all()
 
 
 def lend_calling_thread(method: Callable[..., Any]) -> Callable[..., Coroutine[Any, Any, Any]]:
@@ -261,6 +269,10 @@ class AsyncWorkflowContext(WorkflowContext):
             if cancelled(exc):  # the run itself was cancelled (its process is closing): nothing more is written
                 raise
             await self._on_thread(self._record_step_failure)(number, name, exc, started)
+            if is_outage(exc):
+                # The body's queries (the async ORM's) ran on asgiref's thread, whose
+                # broken connection nothing else replaces: every retry would fail on it.
+                await sync_to_async(_close_connections, thread_sensitive=True)()
             raise
         self._run.defer_checkpoint(number, name, encoded)
         self._completed(number, name, output, started)

@@ -31,11 +31,18 @@ def database_clock() -> float:
         return float(cursor.fetchone()[0])
 
 
-def test_read_only_database__runs_in_flight_wait_it_out_and_finish_without_the_stuck_sweep(workers):
-    runs = [start_workflow("slow", {"seconds": 1.0, "steps": 3}) for _ in range(3)]
+@pytest.mark.parametrize(
+    ("workflow_type", "data", "first_step"),
+    [("slow", {"seconds": 1.0, "steps": 3}, "slow 1"), ("async_three_steps", {"sleep": 1.0}, "a")],
+    ids=["on threads", "in the shared event loop"],
+)
+def test_read_only_database__runs_in_flight_wait_it_out_and_finish_without_the_stuck_sweep(
+    workers, workflow_type, data, first_step
+):
+    runs = [start_workflow(workflow_type, data) for _ in range(3)]
     process = start_workers("--concurrency", "4", env=worker_env(**NO_SWEEP))
     workers.append(process)
-    assert wait_for(lambda: StepRun.objects.filter(label="slow 1").count() == 3), process.log_path.read_text()
+    assert wait_for(lambda: StepRun.objects.filter(label=first_step).count() == 3), process.log_path.read_text()
     with read_only_failover():
         time.sleep(5)  # each step ends meanwhile, and its checkpoint meets a read-only database
     finished = lambda: set(Workflow.objects.filter(pk__in=[r.pk for r in runs]).values_list("status", flat=True))  # noqa: E731

@@ -16,7 +16,6 @@ from . import clock, logs, observe, waits
 from .api import start_workflow
 from .conf import conf
 from .errors import (
-    CONNECTION_ERRORS,
     ChildWorkflowFailed,
     ControlFlow,
     DeadlineExceeded,
@@ -30,6 +29,7 @@ from .errors import (
 )
 from .lease import Lease, RecordedStep
 from .models import StepStatus, Workflow, WorkflowStatus
+from .outages import is_outage
 from .patches import Patches
 from .timeouts import Expired, call_within
 from .validation import (
@@ -191,7 +191,7 @@ class WorkflowContext:
         except ControlFlow:
             raise
         except BaseException as exc:
-            recorded = run.recorded_step(number) if isinstance(exc, CONNECTION_ERRORS) else None
+            recorded = run.recorded_step(number) if is_outage(exc) else None
             if recorded is None or recorded.status != StepStatus.COMPLETED:
                 self._record_step_failure(number, name, exc, started)
                 raise

@@ -24,8 +24,9 @@ from django.utils import timezone
 
 from . import clock
 from .conf import conf
-from .errors import CONNECTION_ERRORS, InvalidWorkflowInput
+from .errors import InvalidWorkflowInput
 from .inputs import as_json
+from .outages import is_outage
 from .registry import WorkflowDefinition, registered_workflows
 from .validation import validate_concurrency_key
 
@@ -105,9 +106,9 @@ class Scheduler:
                 continue
             try:
                 start_tick(definition, tick)
-            except CONNECTION_ERRORS:
-                raise
-            except Exception:
+            except Exception as exc:
+                if is_outage(exc):
+                    raise
                 if self._failed.get(definition.name) != tick:
                     self._failed[definition.name] = tick
                     logger.exception(

@@ -23,13 +23,13 @@ import socket
 import threading
 from typing import Any
 
-from django.db import DatabaseError, connections, transaction
+from django.db import DatabaseError, InterfaceError, connections, transaction
 from django.db.models import Count, Q, QuerySet
 from django.db.models.functions import Now
 
 from .conf import conf
-from .errors import CONNECTION_ERRORS
 from .models import Workflow, WorkflowStatus, WorkflowWorker
+from .outages import is_outage
 
 logger = logging.getLogger(__name__)
 
@@ -155,14 +155,11 @@ def _quietly(what: str, write: Any, *args: Any, reconnect: bool = False) -> Any:
     connection = connections[conf.DATABASE]
     try:
         return write(*args)
-    except CONNECTION_ERRORS as exc:
-        if not reconnect or connection.in_atomic_block:
+    except (DatabaseError, InterfaceError) as exc:
+        if not reconnect or connection.in_atomic_block or not is_outage(exc):
             _failed(what, exc)
             return None
         connection.close()
-    except DatabaseError as exc:
-        _failed(what, exc)
-        return None
     return _quietly(what, write, *args)
 
 

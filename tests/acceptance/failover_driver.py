@@ -145,7 +145,7 @@ def fail_over_under_load(options: argparse.Namespace, directory: Path, primary: 
     print(
         f"failover: {pool.started} worker starts, {time.monotonic() - started:.1f}s, "
         f"final worker exit codes {exit_codes}; the workers logged {logged.count(' WARNING ')} warnings "
-        f"({logged.count('database unavailable')} 'database unavailable') and {logged.count(' ERROR ')} errors",
+        f"({logged.count(' is unavailable')} 'is unavailable') and {logged.count(' ERROR ')} errors",
         flush=True,
     )
     connections.close_all()

@@ -122,5 +122,5 @@ def test_dropped_connections__workers_reconnect_and_nothing_is_lost(workers):
     process.send_signal(signal.SIGTERM)
     output, _ = process.communicate(timeout=30)
     assert process.returncode == 0
-    assert "database unavailable" in output or "failed" in output
+    assert "is unavailable" in output or "failed" in output
     assert not Workflow.objects.filter(status="running").exists()

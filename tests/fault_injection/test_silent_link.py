@@ -55,7 +55,7 @@ def test_silent_link__is_logged_as_an_outage_within_a_quarter_of_stuck_after_and
 
     link.cut()  # while step 1's body sleeps: the idle thread's polls, the heartbeat, the listener go silent
     bound = dead_link_seconds(STUCK_AFTER)
-    noticed = seconds_until_logged(process, "database unavailable", timeout=bound + SLACK)
+    noticed = seconds_until_logged(process, "is unavailable", timeout=bound + SLACK)
     link.restore()
 
     output = process.log_path.read_text(errors="replace")

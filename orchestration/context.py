@@ -31,9 +31,12 @@ from .lease import Lease, RecordedStep
 from .models import StepStatus, Workflow, WorkflowStatus
 from .outages import is_outage
 from .patches import Patches
+from .terminal import printable
 from .timeouts import Expired, call_within
 from .validation import (
+    ERROR_MESSAGE_MAX_LENGTH,
     NotJSONSerializable,
+    storable_text,
     to_json,
     to_json_value,
     to_timedelta,
@@ -397,7 +400,7 @@ class WorkflowContext:
                 run.id,
                 run.workflow_type,
                 number,
-                name,
+                printable(name),
                 expired.why,
                 thread_name,
             )
@@ -415,7 +418,7 @@ class WorkflowContext:
 
     def _record_step_failure(self, number: int, name: str, exc: BaseException, started: float | None) -> None:
         self.failed_step = (number, name)
-        message = f"{type(exc).__name__}: {exc}"
+        message = storable_text(f"{type(exc).__name__}: {exc}", ERROR_MESSAGE_MAX_LENGTH)  # stored and logged
         run = self._run
         run.fail_step(number, name, message)
         logger.info(
@@ -423,9 +426,9 @@ class WorkflowContext:
             run.id,
             run.workflow_type,
             number,
-            name,
+            printable(name),
             time.monotonic() - started if started is not None else 0.0,
-            message,
+            printable(message),
         )
 
     def _completed(self, number: int, name: str, output: Any, started: float | None) -> None:
@@ -435,7 +438,7 @@ class WorkflowContext:
             self._run.id_text,
             self._run.workflow_type,
             number,
-            name,
+            printable(name),
             time.monotonic() - started if started is not None else 0.0,
         )
 

@@ -12,6 +12,7 @@ import json
 import math
 import re
 from collections.abc import Callable
+from itertools import accumulate
 from typing import Any
 
 from django.utils import timezone
@@ -86,6 +87,12 @@ def to_json_text(value: Any, what: Described) -> str:
         raise NotJSONSerializable(f"{_named(what)} is not JSON-serialisable: {exc}") from None
     except RecursionError:
         raise NotJSONSerializable(f"{_named(what)} is nested too deeply to be encoded as JSON.") from None
+    depth = _nesting(encoded)
+    if depth > MAX_JSON_DEPTH:
+        raise NotJSONSerializable(
+            f"{_named(what)} nests arrays and objects {depth} deep; the limit is {MAX_JSON_DEPTH} "
+            "(deeper values break the pages and tools that show them)."
+        )
     if "\\u0000" in encoded:
         raise NotJSONSerializable(f"{_named(what)} contains a NUL character, which PostgreSQL's jsonb cannot store.")
     if "\\ud" in encoded and not _pairs_surrogates(encoded):
@@ -100,6 +107,36 @@ def to_json_text(value: Any, what: Described) -> str:
             "(ORCHESTRATION['MAX_PAYLOAD_BYTES']); store large data elsewhere and pass a reference."
         )
     return encoded
+
+
+#: How deep arrays and objects may nest in stored JSON (inputs, outputs, events).
+MAX_JSON_DEPTH = 100
+_STRINGS = re.compile(r'"(?:[^"\\]|\\.)*"')
+_NOT_BRACKETS = re.compile(r"[^][{}]+")
+
+
+def _nesting(encoded: str) -> int:
+    """How deep the arrays and objects of ``encoded`` (JSON text) nest; when it
+    holds no more brackets than ``MAX_JSON_DEPTH``, their count (not above it)."""
+    opened = encoded.count("[") + encoded.count("{")
+    if opened <= MAX_JSON_DEPTH:  # the common case: counted in C, no string scanned
+        return opened
+    brackets = _NOT_BRACKETS.sub("", _STRINGS.sub("", encoded))
+    return max(accumulate(1 if bracket in "[{" else -1 for bracket in brackets))
+
+
+def dumps_for_display(value: Any, **options: Any) -> str:
+    """``json.dumps(value, **options)`` for a page or a terminal; a value nested
+    too deeply for Python's encoder (a row written by SQL past ``MAX_JSON_DEPTH``)
+    becomes a note instead of an error."""
+    try:
+        return json.dumps(value, **options)
+    except RecursionError:
+        pass
+    try:
+        return json.dumps(value, **{**options, "indent": None})  # C's encoder goes deeper than the indenting one
+    except RecursionError:
+        return f'"(nested too deeply to show: more than {MAX_JSON_DEPTH} levels; read it with SQL)"'
 
 
 def _pairs_surrogates(encoded: str) -> bool:

@@ -8,7 +8,6 @@ draw with these, so this module imports nothing else of the admin.
 from __future__ import annotations
 
 import datetime
-import json
 from collections.abc import Callable
 from typing import Any
 
@@ -23,6 +22,7 @@ from django.utils.safestring import SafeString
 from ..charts import format_duration
 from ..conf import conf
 from ..models import Workflow, WorkflowWorker
+from ..validation import dumps_for_display
 from ..waits import WAIT_FOREVER, PendingReason, Wait, pending_reason
 
 #: Longest JSON text shown on a page; the rest is cut, with a note.
@@ -84,7 +84,7 @@ def pending_label(workflow: Workflow) -> SafeString:
 
 
 def pretty_json(value: Any, limit: int = JSON_DISPLAY_LIMIT) -> SafeString:
-    text = json.dumps(value, indent=2, ensure_ascii=False)
+    text = dumps_for_display(value, indent=2, ensure_ascii=False)
     if len(text) > limit:
         return format_html(
             '<pre class="orch-json">{}</pre><p class="help">Cut at {} of {} characters.</p>',

@@ -29,7 +29,8 @@ from ..errors import (
 )
 from ..lease import Lease
 from ..registry import WorkflowDefinition, find_workflow, registered_workflows
-from ..validation import to_json_text
+from ..terminal import printable
+from ..validation import ERROR_MESSAGE_MAX_LENGTH, storable_text, to_json_text
 
 logger = logs.RunLogger(__name__)
 
@@ -200,6 +201,7 @@ def record_failure(run: Lease, ctx: WorkflowContext | None, exc: BaseException, 
     if ctx is not None and ctx.failed_step is not None:
         number, name = ctx.failed_step
         message = f'Step {number} "{name}" failed: {message}'
+    message = storable_text(message, ERROR_MESSAGE_MAX_LENGTH)  # what is stored is what is logged
     details = "".join(traceback.format_exception(exc))
     retryable = not isinstance(exc, PERMANENT_ERRORS)
     try:
@@ -220,7 +222,7 @@ def record_failure(run: Lease, ctx: WorkflowContext | None, exc: BaseException, 
             run.max_retries + 1,
             elapsed,
             delay,
-            message,
+            printable(message),
         )
         return Outcome.RETRYING
     logger.error(
@@ -230,6 +232,6 @@ def record_failure(run: Lease, ctx: WorkflowContext | None, exc: BaseException, 
         elapsed,
         run.attempts,
         run.max_retries + 1,
-        message,
+        printable(message),
     )
     return Outcome.FAILED

@@ -303,3 +303,28 @@ def connection_parameters(ctx: Any, names: list[str]) -> Any:
         return {name: parameters[name] for name in names if name in parameters}
 
     return ctx.step("read", read)
+
+
+#: What a remote API's error body can hold: a window title, a screen clear, a forged log line.
+HOSTILE_TEXT = "\x1b]0;owned\x07\x1b[2J\nWARNING orchestration: workflow 0 (fake) completed"
+
+
+def raise_loud(ctx: Any, size: int) -> None:
+    raise ValueError(HOSTILE_TEXT + "x" * size)
+
+
+@workflow("loud_failure", max_retries=2)
+def loud_failure(ctx: Any, data: dict[str, int]) -> Any:
+    return ctx.step("loud\x1b[2J step", raise_loud, ctx, data["size"])
+
+
+def nested(depth: int) -> Any:
+    value: Any = []
+    for _ in range(depth - 1):
+        value = [value]
+    return value
+
+
+@workflow("deep_output", max_retries=0)
+def deep_output(ctx: Any, data: dict[str, int]) -> Any:
+    return ctx.step("nest", nested, data["depth"])

@@ -30,6 +30,8 @@ from orchestration.errors import InvalidTransition, InvalidWorkflowInput
 from orchestration.management.arguments import POSITIVE_SECONDS, Bounded
 from orchestration.management.outage import ReportsOutages
 from orchestration.models import Workflow
+from orchestration.terminal import printable
+from orchestration.validation import dumps_for_display
 from orchestration.waits import Wait
 
 BAD_ARGUMENT, NOT_FOUND, REFUSED, UNAVAILABLE = 2, 3, 4, 5
@@ -109,7 +111,7 @@ class Command(ReportsOutages):
                 "or raise --timeout."
             ) from None
         if result is not None:
-            self.stdout.write(json.dumps(result, cls=DjangoJSONEncoder, indent=2))
+            self.stdout.write(dumps_for_display(result, cls=DjangoJSONEncoder, indent=2))
 
     # -- reads ---------------------------------------------------------------------
 
@@ -134,7 +136,8 @@ class Command(ReportsOutages):
             return found
         table = [
             (
-                *(str(row["id"]), row["workflow_type"], _status(row), row["queue"], str(row["current_step"])),
+                *(str(row["id"]), printable(row["workflow_type"]), _status(row), printable(row["queue"])),
+                str(row["current_step"]),
                 *(f"{row['attempts']}/{row['max_retries'] + 1}", _moment(row["created_at"])),
             )
             for row in found
@@ -152,12 +155,12 @@ class Command(ReportsOutages):
         if options["json"]:
             return found
         for label, key in (("id", "id"), ("type", "workflow_type"), ("queue", "queue"), ("priority", "priority")):
-            self.stdout.write(f"{label + ':':<12}{found[key]}")
+            self.stdout.write(f"{label + ':':<12}{printable(str(found[key]))}")
         self.stdout.write(f"{'status:':<12}{_status(found)}")
         self.stdout.write(f"{'attempts:':<12}{found['attempts']} of {found['max_retries'] + 1}")
         for key in ("idempotency_key", "worker_id", "parent_id", "waiting_for", "run_after", "deadline"):
             if found[key] is not None:
-                self.stdout.write(f"{key.replace('_', ' ') + ':':<12}{found[key]}")
+                self.stdout.write(f"{key.replace('_', ' ') + ':':<12}{printable(str(found[key]))}")
         if found["forked_from_id"] is not None:
             self.stdout.write(f"{'forked from:':<12}{found['forked_from_id']}")
         if found["patches"]:
@@ -168,26 +171,29 @@ class Command(ReportsOutages):
             counted = ", ".join(f"{n} {status}" for status, n in sorted(found["children"].items()))
             self.stdout.write(f"{'children:':<12}{counted}")
         if found["unconsumed_events"]:
-            self.stdout.write(f"{'events:':<12}{', '.join(found['unconsumed_events'])} (not consumed yet)")
-        self.stdout.write(f"{'input:':<12}{json.dumps(found['input_data'])}")
-        self.stdout.write(f"{'output:':<12}{json.dumps(found['output_data'])}")
+            events = printable(", ".join(found["unconsumed_events"]))
+            self.stdout.write(f"{'events:':<12}{events} (not consumed yet)")
+        self.stdout.write(f"{'input:':<12}{dumps_for_display(found['input_data'])}")
+        self.stdout.write(f"{'output:':<12}{dumps_for_display(found['output_data'])}")
         if found["error_message"]:
-            self.stdout.write(f"{'error:':<12}{found['error_message']}")
+            self.stdout.write(f"{'error:':<12}{printable(found['error_message'])}")
         for n, entry in enumerate(found["error_history"]):  # newest first
             label = "errors:" if n == 0 else ""
             said = f"{entry['at']} attempt {entry['attempt']} step {entry['step']} ({entry['status']})"
-            self.stdout.write(f"{label:<12}{said}: {entry['message']}")
+            self.stdout.write(f"{label:<12}{said}: {printable(entry['message'])}")
         steps = [
             (
-                *(str(s["step_number"]), s["step_name"] or "", s["status"], str(s["attempts"])),
-                *(_moment(s["started_at"]), _moment(s["completed_at"]), s["error_message"] or ""),
+                *(str(s["step_number"]), printable(s["step_name"] or ""), s["status"], str(s["attempts"])),
+                *(_moment(s["started_at"]), _moment(s["completed_at"]), printable(s["error_message"] or "")),
             )
             for s in found["steps"]
         ]
         self.stdout.write("")
         self._table(("step", "name", "status", "runs", "started", "completed", "error"), steps, "no step recorded")
         if found["error_traceback"]:
-            self.stdout.write("\n" + found["error_traceback"])
+            # Indented: a line that the exception's own message breaks cannot pass for one of ours.
+            lines = printable(found["error_traceback"], newlines=True).splitlines()
+            self.stdout.write("\ntraceback:\n" + "\n".join(f"  | {line}" for line in lines))
         return None
 
     def _workers(self, options: dict[str, Any]) -> Any:

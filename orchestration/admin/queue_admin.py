@@ -13,6 +13,7 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
+from django.contrib.admin.models import CHANGE, LogEntry
 from django.db.models import Count, IntegerField, OuterRef, QuerySet, Subquery
 from django.db.models.functions import Coalesce
 from django.http import HttpRequest
@@ -62,12 +63,12 @@ class WorkflowQueueForm(forms.ModelForm):
 
 @admin.action(description="Pause the selected queues", permissions=["change"])
 def pause_queues(model_admin: admin.ModelAdmin[WorkflowQueue], request: HttpRequest, queryset: QuerySet[Any]) -> None:
-    _each(model_admin, request, queryset, flow.pause_queue, "Paused: {}. Running work finishes.")
+    _each(model_admin, request, queryset, flow.pause_queue, "Paused: {}. Running work finishes.", "Paused")
 
 
 @admin.action(description="Resume the selected queues", permissions=["change"])
 def resume_queues(model_admin: admin.ModelAdmin[WorkflowQueue], request: HttpRequest, queryset: QuerySet[Any]) -> None:
-    _each(model_admin, request, queryset, flow.resume_queue, "Resumed: {}.")
+    _each(model_admin, request, queryset, flow.resume_queue, "Resumed: {}.", "Resumed")
 
 
 def _each(
@@ -76,11 +77,16 @@ def _each(
     queryset: QuerySet[Any],
     change: Callable[[str], Any],
     done: str,
+    logged: str,
 ) -> None:
-    names = list(queryset.values_list("name", flat=True))
-    for name in names:
-        change(name)
-    model_admin.message_user(request, done.format(", ".join(names)), messages.SUCCESS)
+    queues = list(queryset.only("pk", "name"))
+    for queue in queues:
+        change(queue.name)
+    if queues:  # the admin's history of each queue, as its change form and the workflows' actions keep
+        user = request.user.pk or 0
+        message = f"{logged} from the admin."
+        LogEntry.objects.log_actions(user_id=user, queryset=queues, action_flag=CHANGE, change_message=message)
+    model_admin.message_user(request, done.format(", ".join(queue.name for queue in queues)), messages.SUCCESS)
 
 
 class WorkflowQueueAdmin(admin.ModelAdmin):

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from django.contrib.admin.models import CHANGE, LogEntry
 from django.contrib.admin.utils import quote
 from django.core.management import CommandError, call_command
 from django.db import OperationalError, connection, connections, transaction
@@ -738,6 +739,18 @@ def test_queue_admin__pause_and_resume_actions_need_the_change_permission(client
     assert WorkflowQueue.objects.get().paused
     client.post(QUEUE_LIST_URL, {**form, "action": "resume_queues"})
     assert not WorkflowQueue.objects.get().paused
+
+
+def test_queue_admin__pause_and_resume_actions_leave_an_entry_in_the_queues_history(admin_client):
+    set_queue_limits("fc", concurrency=1)
+    form = {"action": "pause_queues", "_selected_action": ["fc"], "index": 0}
+    admin_client.post(QUEUE_LIST_URL, form)
+    admin_client.post(QUEUE_LIST_URL, {**form, "action": "resume_queues"})
+    entries = LogEntry.objects.filter(object_id="fc").order_by("pk")
+    assert [(entry.user.username, entry.action_flag, entry.get_change_message()) for entry in entries] == [
+        ("admin", CHANGE, "Paused from the admin."),
+        ("admin", CHANGE, "Resumed from the admin."),
+    ]
 
 
 def test_overview__shows_the_throttled_queues_and_why(admin_client):

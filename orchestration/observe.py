@@ -315,10 +315,11 @@ class _StepReport:
                 self.span_context.__exit__(kind, exc, traceback)
 
 
-def serve(port: int, address: str = "0.0.0.0") -> None:
+def serve(port: int, address: str = "127.0.0.1") -> None:
     """Serve this process's instruments, with its memory and CPU, on
-    ``http://address:port/`` (``runworkers --metrics-port``): a worker on a
-    machine of its own is scraped there. Raises ImportError without ``prometheus_client``."""
+    ``http://address:port/`` (``runworkers --metrics-port``, ``--metrics-address``):
+    a worker on a machine of its own is scraped there. Unauthenticated, so this
+    machine only unless ``address`` says otherwise. Raises ImportError without ``prometheus_client``."""
     import prometheus_client
 
     counting = instruments()

@@ -3,6 +3,7 @@
 DATABASE_URL  postgres://user:password@host:5432/name; unset: embedded PostgreSQL in .pgdata/
 SECRET_KEY    required when DEBUG is off
 DEBUG         default on for the example project
+METRICS_TOKEN the bearer token that reads /metrics/ (unset: staff users only)
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ DEBUG = env("DEBUG")
 SECRET_KEY = env(
     "SECRET_KEY", default="insecure-example-key-for-local-development-only" if DEBUG else environ.Env.NOTSET
 )
+#: The bearer token a Prometheus sends for /metrics/ (unset: staff users only).
+METRICS_TOKEN = env("METRICS_TOKEN", default="")
 ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["localhost", "127.0.0.1", "[::1]"])
 
 INSTALLED_APPS = [

@@ -1,10 +1,10 @@
 from django.contrib import admin
 from django.urls import path
 
-from orchestration.metrics import metrics_view
+from project.views import metrics
 
 urlpatterns = [
     path("admin/", admin.site.urls),
-    # Prometheus metrics (with the [prometheus] extra); keep it where only your Prometheus reaches it.
-    path("metrics/", metrics_view),
+    # Prometheus metrics (with the [prometheus] extra), for a bearer token (METRICS_TOKEN) or a staff user.
+    path("metrics/", metrics),
 ]

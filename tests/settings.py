@@ -37,6 +37,9 @@ if importlib.util.find_spec("django.tasks") is not None:  # Django >= 6.0
         "no_retries": {"BACKEND": "orchestration.tasks.WorkflowBackend", "OPTIONS": {"MAX_RETRIES": 0}},
     }
 
+#: What the tests' scrapes of /metrics/ send (``tests.support.METRICS_AUTH``).
+METRICS_TOKEN = "test-metrics-token"
+
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 # Several test runs can share one server when each names its own test database.

@@ -29,6 +29,9 @@ from orchestration.worker import execute
 ROOT = Path(__file__).resolve().parent.parent
 T = TypeVar("T")
 
+#: The header that reads the example project's /metrics/ (tests.settings.METRICS_TOKEN).
+METRICS_AUTH = {"HTTP_AUTHORIZATION": "Bearer test-metrics-token"}
+
 
 class RecordingHandler(logging.Handler):
     """Keeps each record it handles, with the name of the thread that handled it."""

@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import socket
 import urllib.request
+from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from orchestration import start_workflow
 from orchestration.models import Workflow
-from tests.support import run_burst, start_workers, worker_env
+from tests.support import METRICS_AUTH, run_burst, start_workers, worker_env
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -60,7 +61,7 @@ def test_multiprocess_dir__the_views_metrics_count_what_worker_processes_ran(cli
     result = run_burst(env=worker_env(PROMETHEUS_MULTIPROC_DIR=str(tmp_path)))
     assert result.returncode == 0, result.stderr
     monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path))
-    samples = samples_of(client.get("/metrics/").content.decode())
+    samples = samples_of(client.get("/metrics/", **METRICS_AUTH).content.decode())
     assert samples[("orchestration_workflows_completed_total", THREE_STEPS)] == 4
     assert samples[("orchestration_workflows_started_total", THREE_STEPS)] == 4
     steps = (*THREE_STEPS, ("outcome", "completed"))
@@ -83,3 +84,31 @@ def test_runworkers_neither_serving_nor_sharing_its_counters__keeps_none():
 
 def test_runworkers_sharing_its_counters_through_the_multiprocess_dir__keeps_them(tmp_path):
     assert counting_in_a_burst(worker_env(PROMETHEUS_MULTIPROC_DIR=str(tmp_path))) is True
+
+
+def listening_address(port: int) -> str | None:
+    """The IPv4 address a socket of this machine listens on at ``port``, from /proc/net/tcp."""
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        local, state = line.split()[1], line.split()[3]
+        address, _, hex_port = local.partition(":")
+        if state == "0A" and int(hex_port, 16) == port:
+            return socket.inet_ntoa(bytes.fromhex(address)[::-1])
+    return None
+
+
+def test_metrics_port__listens_on_this_machine_only_by_default(workers):
+    from tests.acceptance.test_runworkers import wait_for
+
+    port = free_port()
+    workers.append(start_workers("--concurrency", "1", "--metrics-port", str(port)))
+    assert wait_for(lambda: listening_address(port) is not None, timeout=30)
+    assert listening_address(port) == "127.0.0.1"
+
+
+def test_metrics_address__sets_where_the_metrics_port_listens(workers):
+    from tests.acceptance.test_runworkers import wait_for
+
+    port = free_port()
+    workers.append(start_workers("--concurrency", "1", "--metrics-port", str(port), "--metrics-address", "0.0.0.0"))
+    assert wait_for(lambda: listening_address(port) is not None, timeout=30)
+    assert listening_address(port) == "0.0.0.0"

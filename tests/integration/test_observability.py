@@ -22,7 +22,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from orchestration import start_workflow, tracing
 from orchestration.models import Workflow, WorkflowWorker
 from tests.factories import WorkflowFactory
-from tests.support import drain
+from tests.support import METRICS_AUTH, drain
 
 pytestmark = pytest.mark.django_db
 
@@ -31,7 +31,7 @@ METRICS_URL = "/metrics/"
 
 def scrape(client) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     """The samples of the metrics page, by name and labels, parsed by prometheus_client's own parser."""
-    response = client.get(METRICS_URL)
+    response = client.get(METRICS_URL, **METRICS_AUTH)
     assert response.status_code == 200, response.content
     assert response["Content-Type"].startswith("text/plain")
     samples = {}
@@ -136,7 +136,7 @@ def test_metrics_view__counts_each_failed_run_of_a_step_by_its_outcome(client):
 def test_metrics_view__without_prometheus_client__says_how_to_install_it(client, monkeypatch):
     monkeypatch.setitem(sys.modules, "prometheus_client", None)  # an import of it raises ImportError
     monkeypatch.setitem(sys.modules, "prometheus_client.exposition", None)
-    response = client.get(METRICS_URL)
+    response = client.get(METRICS_URL, **METRICS_AUTH)
     assert response.status_code == 501
     assert 'pip install "django-orchestration[prometheus]"' in response.content.decode()
 
@@ -224,3 +224,19 @@ def test_traces__without_opentelemetry_installed__are_off(monkeypatch):
     workflow = start_workflow("three_steps", {"n": 1})
     assert drain() == ["completed"]
     assert Workflow.objects.get(pk=workflow.pk).trace_context is None
+
+
+def test_metrics_page__refuses_a_scrape_without_the_token_or_a_staff_session(client):
+    from django.contrib.auth.models import User
+
+    assert client.get(METRICS_URL).status_code == 401
+    assert client.get(METRICS_URL, HTTP_AUTHORIZATION="Bearer wrong").status_code == 401
+    client.force_login(User.objects.create_user("someone"))
+    response = client.get(METRICS_URL)
+    assert response.status_code == 401
+    assert response["WWW-Authenticate"] == 'Bearer realm="metrics"'
+
+
+def test_metrics_page__answers_the_token_and_a_staff_session(client, admin_client):
+    assert client.get(METRICS_URL, **METRICS_AUTH).status_code == 200
+    assert admin_client.get(METRICS_URL).status_code == 200

@@ -59,7 +59,13 @@ class Command(BaseCommand):
             minimum=1,
             maximum=65535,
             default=None,
-            help="serve this process's Prometheus metrics there",
+            help="serve this process's Prometheus metrics there (on --metrics-address)",
+        )
+        parser.add_argument(
+            "--metrics-address",
+            default="127.0.0.1",
+            help="the address --metrics-port listens on (default 127.0.0.1: this machine only; "
+            "0.0.0.0 or a private interface's address for a Prometheus elsewhere, behind a firewall)",
         )
         parser.add_argument(
             "--log-level",
@@ -83,7 +89,7 @@ class Command(BaseCommand):
                     raise CommandError(f"--queues: {exc} Declare extra queues in ORCHESTRATION['QUEUES'].") from None
         self._configure_logging(options["log_level"])
         if options["metrics_port"]:
-            self._serve_metrics(options["metrics_port"])
+            self._serve_metrics(options["metrics_port"], options["metrics_address"])
         worker = Worker(
             concurrency=options["concurrency"] or conf.CONCURRENCY,
             queues=queues,
@@ -109,13 +115,13 @@ class Command(BaseCommand):
                 f"worker thread(s) {', '.join(worker.dead_threads)} died; see the log", returncode=status
             )
 
-    def _serve_metrics(self, port: int) -> None:
+    def _serve_metrics(self, port: int, address: str) -> None:
         try:
-            observe.serve(port)
+            observe.serve(port, address)
         except ImportError:
             raise CommandError(f"--metrics-port: {INSTALL_HINT.strip()}") from None
         except OSError as exc:
-            raise CommandError(f"--metrics-port {port}: {exc}") from None
+            raise CommandError(f"--metrics-address {address} --metrics-port {port}: {exc}") from None
 
     def _configure_logging(self, level: str | None) -> None:
         """A handler when the project's ``LOGGING`` gives none; the level asked

@@ -22,7 +22,7 @@ from .errors import InvalidTransition, InvalidWorkflowInput
 from .inputs import as_json
 from .models import FINISHED_STATUSES, Workflow, WorkflowEvent
 from .recovery import requeue_stuck
-from .registry import get_workflow
+from .registry import check_startable, get_workflow
 from .transitions import (
     WorkflowRef,
     cancel_workflow,
@@ -234,6 +234,7 @@ def _new_workflow_options(
     decorator's, which wins over the settings'. Raises before anything is written."""
     validate_workflow_type(workflow_type)
     definition = get_workflow(workflow_type)
+    check_startable(workflow_type)
     queue = definition.queue if queue is None else queue
     priority = definition.priority if priority is None else priority
     if max_retries is None:

@@ -19,5 +19,9 @@ class OrchestrationConfig(AppConfig):
         pre_migrate.connect(checks.refuse_migrating_elsewhere, sender=self)
 
         if importlib.util.find_spec("django.tasks") is not None:  # Django >= 6.0
-            from . import tasks  # noqa: F401  (registers the workflow type that runs @task functions)
+            from . import tasks  # registers the workflow type that runs @task functions
+
+            if tasks.configured_backends():
+                # A stored task path is resolved among the tasks made at start-up, never imported.
+                autodiscover_modules("tasks")
         autodiscover_modules("workflows")

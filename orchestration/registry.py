@@ -7,22 +7,28 @@ start-up (see ``apps.py``), so workers and web processes know the same types.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import functools
 import inspect
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 
-from .errors import UnknownWorkflowType
+from .errors import InvalidWorkflowInput, UnknownWorkflowType
 
 #: ``fn(ctx, data)``: ctx is a ``context.WorkflowContext``.
 WorkflowFunction = Callable[[Any, Any], Any]
 
 _registry: dict[str, WorkflowDefinition] = {}
 _queue_sources: list[Callable[[], Iterable[str]]] = []
+#: Types whose runs only their own front door makes (``django.tasks``: the Tasks
+#: backend, which checks the task): ``start_workflow`` and its kin refuse them.
+_reserved: dict[str, str] = {}
+_opened: ContextVar[str | None] = ContextVar("orchestration_reserved_start", default=None)
 
 
 @dataclass(frozen=True)
@@ -122,3 +128,28 @@ def known_queues() -> set[str]:
 
 def registered_workflows() -> dict[str, WorkflowDefinition]:
     return dict(_registry)
+
+
+def reserve(name: str, front_door: str) -> None:
+    """Let only code inside ``starting_reserved(name)`` start runs of ``name``;
+    ``front_door`` says where they are made, for the refusal's message."""
+    _reserved[name] = front_door
+
+
+@contextlib.contextmanager
+def starting_reserved(name: str) -> Iterator[None]:
+    """Within it, this context (thread or task) may start runs of the reserved ``name``."""
+    token = _opened.set(name)
+    try:
+        yield
+    finally:
+        _opened.reset(token)
+
+
+def check_startable(name: str) -> None:
+    """Raise ``InvalidWorkflowInput`` for a reserved type started outside its front door."""
+    if name in _reserved and _opened.get() != name:
+        raise InvalidWorkflowInput(
+            f"Workflow type {name!r} is reserved: its runs are made by {_reserved[name]} only, "
+            "which checks what they will run."
+        )

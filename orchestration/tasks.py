@@ -54,7 +54,7 @@ from .errors import (
     UnknownWorkflowType,
     WorkflowCancelled,
 )
-from .registry import add_queue_source
+from .registry import add_queue_source, reserve, starting_reserved
 from .validation import STEP_NAME_MAX_LENGTH, NotJSONSerializable, to_json_value, validate_queue
 
 if TYPE_CHECKING:
@@ -76,7 +76,11 @@ _STATUSES = {
 
 
 class UnknownTask(UnknownWorkflowType):
-    """The task cannot be imported: no module of this process defines it."""
+    """The task is not registered: no module imported by this process defines it."""
+
+
+#: The tasks of this backend by their path, registered as Django makes them (``WorkflowBackend.validate_task``).
+_registered: dict[str, Task[Any, Any]] = {}
 
 
 class WorkflowBackend(BaseTaskBackend):
@@ -108,23 +112,31 @@ class WorkflowBackend(BaseTaskBackend):
             for name, value in kwargs.items()
         }
         _check_call(task, arguments, keywords)
-        row = start_workflow(
-            TASK_WORKFLOW_TYPE,
-            {
-                "task": task.module_path,
-                "args": arguments,
-                "kwargs": keywords,
-                "backend": self.alias,
-                "run_after": None if run_after is None else run_after.isoformat(),
-            },
-            run_after=run_after,
-            queue=task.queue_name,
-            priority=task.priority,
-            max_retries=self.options.get("MAX_RETRIES"),
-        )
+        with starting_reserved(TASK_WORKFLOW_TYPE):
+            row = start_workflow(
+                TASK_WORKFLOW_TYPE,
+                {
+                    "task": task.module_path,
+                    "args": arguments,
+                    "kwargs": keywords,
+                    "backend": self.alias,
+                    "run_after": None if run_after is None else run_after.isoformat(),
+                },
+                run_after=run_after,
+                queue=task.queue_name,
+                priority=task.priority,
+                max_retries=self.options.get("MAX_RETRIES"),
+            )
         result = _task_result(row, last_attempted_at=None)
         task_enqueued.send(type(self), task_result=result)
         return result
+
+    def validate_task(self, task: Task[Any, Any]) -> None:
+        """Django's checks of ``task``, which it runs on every task made for this
+        backend (``@task`` at import, ``.using()``); a valid one is registered,
+        and only registered tasks are ever run or resolved from a stored path."""
+        super().validate_task(task)
+        _registered.setdefault(task.module_path, task)
 
     def get_result(self, result_id: str) -> TaskResult[Any, Any]:
         """The task's state read from its workflow row; ``TaskResultDoesNotExist`` if none."""
@@ -266,12 +278,13 @@ def _task_input(data: Any) -> dict[str, Any]:
 
 def _load_task(data: dict[str, Any], row: Workflow) -> Task[Any, Any]:
     path = data["task"]
-    try:
-        task = import_string(path)
-    except ImportError as exc:
-        raise UnknownTask(f"Task {path!r} cannot be imported in this process: {exc}") from exc
-    if not isinstance(task, Task):
-        raise UnknownTask(f"{path!r} is not a task: decorate it with django.tasks.task.")
+    # Never imported from here: a stored path naming any module would run that module's code.
+    task = _registered.get(path)
+    if task is None:
+        raise UnknownTask(
+            f"Task {path!r} is not registered in this process: no @task function of this backend has that "
+            "path among the modules imported at start-up (installed apps' tasks.py, and what they import)."
+        )
     run_after = data["run_after"]
     try:
         return task.using(
@@ -320,17 +333,22 @@ def _path(cls: type) -> str:
     return f"{cls.__module__}.{cls.__qualname__}"
 
 
-def _task_queues() -> list[str]:
-    """The queues of every TASKS backend of ours, so ``runworkers --queues`` accepts them."""
-    queues = []
+def configured_backends() -> list[dict[str, Any]]:
+    """The ``TASKS`` entries whose backend is this one (or a subclass of it)."""
+    ours = []
     for params in getattr(settings, "TASKS", {}).values():
         try:
             backend = import_string(params["BACKEND"])
         except (ImportError, KeyError):
             continue  # Django's own checks report it
         if isinstance(backend, type) and issubclass(backend, WorkflowBackend):
-            queues.extend(params.get("QUEUES", [DEFAULT_TASK_QUEUE_NAME]))
-    return queues
+            ours.append(params)
+    return ours
+
+
+def _task_queues() -> list[str]:
+    """The queues of every TASKS backend of ours, so ``runworkers --queues`` accepts them."""
+    return [queue for params in configured_backends() for queue in params.get("QUEUES", [DEFAULT_TASK_QUEUE_NAME])]
 
 
 add_queue_source(_task_queues)
@@ -345,6 +363,9 @@ def run_task(ctx: WorkflowContext, data: Any) -> Any:
     path = _task_input(data)["task"]
     name = path if len(path) <= STEP_NAME_MAX_LENGTH else "..." + path[-(STEP_NAME_MAX_LENGTH - 3) :]
     return ctx.step(name, _call_task, str(ctx.workflow_id))
+
+
+reserve(TASK_WORKFLOW_TYPE, "the Tasks backend (task.enqueue())")
 
 
 def _call_task(result_id: str) -> Any:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import sys
 
 import pytest
 
@@ -19,7 +20,7 @@ from django.utils import timezone
 
 from orchestration import InvalidWorkflowInput, cancel_workflow, claims, retry_workflow, start_workflow
 from orchestration.models import Workflow, WorkflowStep
-from orchestration.tasks import TASK_WORKFLOW_TYPE, WorkflowBackend
+from orchestration.tasks import TASK_WORKFLOW_TYPE, UnknownTask, WorkflowBackend
 from orchestration.validation import NotJSONSerializable
 from tests.support import drain
 from tests.testapp import tasks
@@ -248,10 +249,28 @@ def test_row_inserted_by_sql_with_only_a_task_path__runs():
 
 
 def test_unknown_task_path__fails_at_once_naming_it():
-    workflow = start_workflow(TASK_WORKFLOW_TYPE, {"task": "tests.testapp.tasks.gone", "args": []})
+    gone = {"task": "tests.testapp.tasks.gone"}
+    workflow = Workflow.objects.create(workflow_type=TASK_WORKFLOW_TYPE, input_data=gone)
     assert drain() == ["failed"]
     workflow.refresh_from_db()
-    assert "Task 'tests.testapp.tasks.gone' cannot be imported in this process" in workflow.error_message
+    assert "Task 'tests.testapp.tasks.gone' is not registered in this process" in workflow.error_message
+
+
+def test_start_workflow__refuses_the_reserved_tasks_type():
+    with pytest.raises(InvalidWorkflowInput, match=r"'django\.tasks' is reserved: its runs are made by the Tasks"):
+        start_workflow(TASK_WORKFLOW_TYPE, {"task": "tests.testapp.tasks.add", "args": [1, 2]})
+    assert not Workflow.objects.exists()
+
+
+def test_stored_task_path__of_a_module_not_imported__is_never_imported(monkeypatch):
+    monkeypatch.delitem(sys.modules, "tests.testapp.never_imported", raising=False)
+    workflow = Workflow.objects.create(
+        workflow_type=TASK_WORKFLOW_TYPE, input_data={"task": "tests.testapp.never_imported.anything"}
+    )
+    with pytest.raises(UnknownTask, match="is not registered in this process"):
+        default_task_backend.get_result(str(workflow.pk))
+    assert drain() == ["failed"]
+    assert "tests.testapp.never_imported" not in sys.modules
 
 
 def test_signals__enqueued_started_and_finished_are_sent():

@@ -81,14 +81,20 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "settings")
 execute_from_command_line(sys.argv)
 """
 
-#: Run by a target's Python: start an embedded server in a directory, print
-#: where it listens, hold it until stdin closes (then pgserver deletes it).
+#: Run by a target's Python: start an embedded server in a directory with the
+#: example project's embedded_db (pgserver's binaries, private to the caller),
+#: print where it listens and its password, hold it until stdin closes.
 EMBEDDED = """
-import sys, pgserver
-info = pgserver.get_server(sys.argv[1], cleanup_mode="delete").get_postmaster_info()
-print(info.socket_dir, info.port or "", flush=True)
+import importlib.util, sys
+from pathlib import Path
+spec = importlib.util.spec_from_file_location("embedded_db", sys.argv[2])
+embedded_db = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(embedded_db)
+settings = embedded_db.embedded_database(Path(sys.argv[1]))
+print(settings["HOST"], settings["PORT"], settings["PASSWORD"], flush=True)
 sys.stdin.read()
 """
+EMBEDDED_DB = ROOT / "project" / "embedded_db.py"
 
 SCRATCH = """
 import sys, psycopg
@@ -103,6 +109,7 @@ def main() -> int:
     options = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="release-check-") as scratch:
         work = Path(scratch)
+        work.chmod(0o711)  # under root the embedded server's own OS account passes through to its folder
         sdist, wheel = build(work / "dist")
         step(f"twine check {sdist.name} {wheel.name}")
         run(sys.executable, "-m", "twine", "check", "--strict", str(sdist), str(wheel))
@@ -197,11 +204,11 @@ class database:
     def __enter__(self) -> dict[str, str]:
         if self.embedded:
             self.server = subprocess.Popen(
-                [self.python, "-c", EMBEDDED, str(self.venv / "pgdata")], stdin=subprocess.PIPE,
+                [self.python, "-c", EMBEDDED, str(self.venv / "pgdata"), str(EMBEDDED_DB)], stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE, text=True,
             )  # fmt: skip
-            host, _, port = (self.server.stdout.readline() if self.server.stdout else "").strip().partition(" ")
-            return {"NAME": "postgres", "USER": "postgres", "PASSWORD": "", "HOST": host, "PORT": port}
+            host, port, password = (self.server.stdout.readline() if self.server.stdout else "").split()
+            return {"NAME": "postgres", "USER": "postgres", "PASSWORD": password, "HOST": host, "PORT": port}
         url = urllib.parse.urlsplit(os.environ["DATABASE_URL"])
         self.name = f"release_check_{os.getpid()}"
         self.url = os.environ["DATABASE_URL"]

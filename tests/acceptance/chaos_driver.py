@@ -2,7 +2,7 @@
 while 500 three-step workflows run; then every guarantee is checked.
 
 It needs a PostgreSQL it may restart, so it starts a private one (the embedded
-``pgserver`` binaries, in a temporary directory) whatever DATABASE_URL says.
+``pgserver`` binaries run by project.embedded_db, in a temporary directory) whatever DATABASE_URL says.
 Run it through ``pytest -m chaos`` or directly:
 
     python -m tests.acceptance.chaos_driver --workflows 500 --processes 3
@@ -11,14 +11,15 @@ Run it through ``pytest -m chaos`` or directly:
 from __future__ import annotations
 
 import argparse
+import atexit
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
 import tempfile
 import time
-import warnings
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -36,21 +37,17 @@ WORKER_SETTINGS = {
 
 
 def start_private_postgres(directory: Path) -> tuple[Any, str]:
-    import pgserver
+    from project.embedded_db import EmbeddedPostgres
 
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        server = pgserver.get_server(directory / "pgdata", cleanup_mode="delete")
-    socket_dir = server.get_postmaster_info().socket_dir
-    return server, f"postgres://postgres@{quote(str(socket_dir), safe='')}/postgres"
+    directory.chmod(0o711)  # the server's OS account, under root, passes through to its folder
+    atexit.register(shutil.rmtree, directory, ignore_errors=True)  # after the server stops (exit handlers run LIFO)
+    server = EmbeddedPostgres(directory / "pgdata")
+    settings = server.join()
+    return server, f"postgres://postgres:{settings['PASSWORD']}@{quote(settings['HOST'], safe='')}/postgres"
 
 
 def restart_postgres(server: Any) -> None:
-    from pgserver._commands import pg_ctl
-
-    pg_ctl(
-        ["-w", "-m", "fast", "-l", str(server.pgdata / "log"), "restart"], pgdata=server.pgdata, user=server.system_user
-    )
+    server.restart()
 
 
 class WorkerPool:

@@ -102,13 +102,14 @@ release-check: $(RELEASE_STAMP)
 	$(RELEASE_VENV)/bin/python .ci/release_check.py $(PYTHON):6 $(PYTHON311):5.2 \
 		$(if $(and $(DATABASE_URL),$(PYTHON313)),$(PYTHON313):6)
 
-# The admin, with a worker process beside it so that what you retry there runs.
+# The admin, with a worker process beside it so that what you retry there runs;
+# DEBUG on (runserver then serves the admin's static files) unless DEBUG is set.
 serve: $(STAMP)
 	$(BIN)/python manage.py migrate --verbosity 0
 	@echo "Admin: http://127.0.0.1:8000/admin/ (user demo, password demo, made by make demo). Workers run alongside; Ctrl-C stops both."
 	@$(BIN)/python manage.py runworkers --concurrency 2 & workers=$$!; \
 	trap 'kill -TERM $$workers 2>/dev/null; wait $$workers' EXIT INT TERM; \
-	$(BIN)/python manage.py runserver 127.0.0.1:8000
+	DEBUG=$${DEBUG-on} $(BIN)/python manage.py runserver 127.0.0.1:8000
 
 clean:
 	rm -rf $(VENV) $(VENV52) $(RELEASE_VENV) .pgdata .pytest_cache .mypy_cache .ruff_cache *.egg-info

@@ -1,17 +1,16 @@
 """Settings of the example project, read from the environment with django-environ.
 
 DATABASE_URL  postgres://user:password@host:5432/name; unset: embedded PostgreSQL in .pgdata/
-SECRET_KEY    required when DEBUG is off
-DEBUG         default on for the example project
+SECRET_KEY    unset: a key generated for this checkout, kept in .pgdata/secret_key
+DEBUG         off unless set (make serve turns it on)
 METRICS_TOKEN the bearer token that reads /metrics/ (unset: staff users only)
 """
 
 from __future__ import annotations
 
 import importlib.util
-import logging
 import os
-import warnings
+import secrets
 from pathlib import Path
 from urllib.parse import unquote
 
@@ -19,13 +18,26 @@ import environ
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
-env = environ.Env(DEBUG=(bool, True))
+env = environ.Env(DEBUG=(bool, False))
 environ.Env.read_env(BASE_DIR / ".env") if (BASE_DIR / ".env").exists() else None
+DATA_DIR = BASE_DIR / ".pgdata"  # ignored by git: the embedded database, this checkout's secret key
+
+
+def _checkout_secret_key() -> str:
+    """A key made for this checkout on first use (mode 0600), never one written in the code."""
+    path = DATA_DIR / "secret_key"
+    DATA_DIR.mkdir(mode=0o700, exist_ok=True)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return path.read_text().strip()
+    with os.fdopen(fd, "w") as file:
+        file.write(secrets.token_urlsafe(50))
+    return path.read_text().strip()
+
 
 DEBUG = env("DEBUG")
-SECRET_KEY = env(
-    "SECRET_KEY", default="insecure-example-key-for-local-development-only" if DEBUG else environ.Env.NOTSET
-)
+SECRET_KEY = env("SECRET_KEY", default=None) or _checkout_secret_key()
 #: The bearer token a Prometheus sends for /metrics/ (unset: staff users only).
 METRICS_TOKEN = env("METRICS_TOKEN", default="")
 ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["localhost", "127.0.0.1", "[::1]"])
@@ -76,9 +88,9 @@ if env("DATABASE_URL", default=None):
 else:
     from project.embedded_db import embedded_database
 
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # platformdirs warns when XDG_RUNTIME_DIR is unset
-        DATABASES = {"default": embedded_database(BASE_DIR / ".pgdata")}
+    DATABASES = {"default": embedded_database(DATA_DIR)}
+#: Only the embedded database, private to this checkout, gets `make demo`'s user demo/demo.
+EMBEDDED_DATABASE = not env("DATABASE_URL", default=None)
 # Lets test runs point worker subprocesses at the test database.
 if os.environ.get("DATABASE_NAME"):
     DATABASES["default"]["NAME"] = os.environ["DATABASE_NAME"]
@@ -114,4 +126,3 @@ LOGGING = {
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "loggers": {"orchestration": {"handlers": ["console"], "level": env("ORCHESTRATION_LOG_LEVEL", default="INFO")}},
 }
-logging.getLogger("pgserver").setLevel(logging.WARNING)

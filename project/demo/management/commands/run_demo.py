@@ -52,7 +52,8 @@ class Command(BaseCommand):
         from django.contrib.auth import get_user_model
 
         user_model = get_user_model()
-        if not user_model.objects.filter(username="demo").exists():
+        # A known password belongs only in the checkout's own embedded database, never in one DATABASE_URL names.
+        if getattr(settings, "EMBEDDED_DATABASE", False) and not user_model.objects.filter(username="demo").exists():
             user_model.objects.create_superuser("demo", "demo@example.com", "demo")
 
     def _enqueue(self, run_id: str, orders: int, bank_down_until: datetime.datetime) -> list[Workflow]:
@@ -118,9 +119,11 @@ class Command(BaseCommand):
         for workflow in rows:
             self.stdout.write(report_line(workflow))
         self.stdout.write(f"\n{summary(rows)}\n")
+        embedded = getattr(settings, "EMBEDDED_DATABASE", False)
+        login = "user demo, password demo" if embedded else "a user of yours: manage.py createsuperuser"
         self.stdout.write(
             "See them in the admin: run `make serve`, open http://127.0.0.1:8000/admin/ "
-            f"(user demo, password demo), then retry the failed payout {bank_back_at(bank_down_until)}.\n"
+            f"({login}), then retry the failed payout {bank_back_at(bank_down_until)}.\n"
         )
 
 

@@ -98,7 +98,8 @@ class EmbeddedPostgres:
     def restart(self) -> None:
         """Restart the server in place (fast shutdown: open connections are cut)."""
         with self._locked():
-            self._pg_ctl("restart", "-m", "fast", "-o", self._server_options(self._socket_dir()))
+            options = self._server_options(self._socket_dir())
+            self._pg_ctl("restart", "-m", "fast", "-o", options, "-l", str(self.cluster / "server.log"))
 
     def settings(self) -> dict[str, Any]:
         return {

@@ -40,7 +40,8 @@ def start_private_postgres(directory: Path) -> tuple[Any, str]:
     from project.embedded_db import EmbeddedPostgres
 
     directory.chmod(0o711)  # the server's OS account, under root, passes through to its folder
-    atexit.register(shutil.rmtree, directory, ignore_errors=True)  # after the server stops (exit handlers run LIFO)
+    # The data goes once the server stopped (exit handlers run LIFO); the workers' logs stay.
+    atexit.register(shutil.rmtree, directory / "pgdata", ignore_errors=True)
     server = EmbeddedPostgres(directory / "pgdata")
     settings = server.join()
     return server, f"postgres://postgres:{settings['PASSWORD']}@{quote(settings['HOST'], safe='')}/postgres"

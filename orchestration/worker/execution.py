@@ -191,7 +191,7 @@ def _settle(run: Lease, write: Callable[[], object], outcome: Outcome, descripti
         write()
     except LeaseLost:
         return Outcome.ABANDONED
-    logger.info("workflow %s (%s) %s", run.id, run.workflow_type, description)
+    logger.info("workflow %s (%s) %s", run.id, run.workflow_type, printable(description))  # an event's name
     return outcome
 
 

@@ -38,14 +38,23 @@ _DECIDES_ON = ("id", "attempts", "max_retries", "current_step", "worker_deaths",
 
 
 def heartbeat(leases: list[Lease]) -> list[Lease]:
-    """Refresh ``updated_at`` of every run still held; return the ones lost."""
+    """Refresh ``updated_at`` of every run still held; return the ones lost.
+
+    A row another transaction locks (a caller's ``send_event`` inside a long
+    ``atomic()``) is skipped, not waited for: waiting would stall the beat of
+    every other run, and of the worker's row, for as long as that transaction
+    lasts. The sweep skips locked rows too, so the skipped run is safe until
+    the next beat refreshes it."""
     if not leases:
         return []
     tokens = [lease.lease_token for lease in leases]
+    held_rows = Workflow.objects.using(conf.DATABASE).filter(lease_token__in=tokens, status=WorkflowStatus.RUNNING)
     with transaction.atomic(using=conf.DATABASE):
-        held_rows = Workflow.objects.using(conf.DATABASE).filter(lease_token__in=tokens, status=WorkflowStatus.RUNNING)
-        held_rows.update(updated_at=Now())
-        held = set(held_rows.values_list("lease_token", flat=True))
+        beaten = set(held_rows.select_for_update(skip_locked=True, no_key=True).values_list("lease_token", flat=True))
+        held_rows.filter(lease_token__in=beaten).update(updated_at=Now())
+    held = beaten
+    if len(beaten) < len(tokens):  # lost, or locked by another transaction: a plain read tells which
+        held |= set(held_rows.exclude(lease_token__in=beaten).values_list("lease_token", flat=True))
     return [lease for lease in leases if lease.lease_token not in held]
 
 

@@ -11,9 +11,9 @@ import pytest
 from django.db import connection
 
 from orchestration import cancel_workflow, start_workflow
-from orchestration.models import Workflow, WorkflowStep
+from orchestration.models import Workflow, WorkflowStep, WorkflowWorker
 from tests.acceptance.test_runworkers import wait_for
-from tests.support import start_workers, worker_env
+from tests.support import other_connection, start_workers, worker_env
 from tests.testapp.models import StepRun
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -124,3 +124,26 @@ def test_dropped_connections__workers_reconnect_and_nothing_is_lost(workers):
     assert process.returncode == 0
     assert "is unavailable" in output or "failed" in output
     assert not Workflow.objects.filter(status="running").exists()
+
+
+def test_heartbeat__goes_on_while_another_transaction_locks_one_of_its_runs(workers):
+    locked, other = (start_workflow("slow", {"seconds": 4, "steps": 1}) for _ in range(2))
+    env = worker_env(ORCHESTRATION_HEARTBEAT_INTERVAL="0.3", ORCHESTRATION_STUCK_AFTER="30")
+    process = start_workers("--concurrency", "2", env=env)
+    workers.append(process)
+    assert wait_for(lambda: StepRun.objects.filter(workflow_id__in=[locked.pk, other.pk]).count() == 2, timeout=30)
+
+    def beats() -> tuple[object, object]:
+        return Workflow.objects.get(pk=other.pk).updated_at, WorkflowWorker.objects.get().last_seen_at
+
+    with other_connection(autocommit=False) as caller:  # a caller's long transaction, as send_event's lock
+        caller.execute("SELECT 1 FROM workflows WHERE id = %s FOR UPDATE", [locked.pk])
+        before = beats()
+        time.sleep(1.5)
+        after = beats()
+        caller.rollback()
+
+    assert after[0] > before[0], "the other run's heartbeat waited behind the lock"
+    assert after[1] > before[1], "the worker's own row waited behind the lock"
+    assert wait_for(lambda: Workflow.objects.filter(status="completed").count() == 2, timeout=30)
+    assert [w.attempts for w in Workflow.objects.all()] == [1, 1]

@@ -51,8 +51,12 @@ def is_outage(exc: BaseException) -> bool:
         return False
     state = sqlstate(exc)
     if state is None:
-        # No answer from a server: connecting failed, or the connection broke mid-statement.
-        return isinstance(exc, OperationalError | psycopg.OperationalError)
+        # No answer from a server: connecting failed, or the connection broke
+        # mid-statement (libpq's error for a result cut short has no SQLSTATE,
+        # so psycopg raises its base DatabaseError for it).
+        if isinstance(exc, OperationalError | psycopg.OperationalError):
+            return True
+        return any(type(error) is psycopg.DatabaseError for error in (exc, exc.__cause__))
     return state.startswith("08") or state in OUTAGE_SQLSTATES
 
 

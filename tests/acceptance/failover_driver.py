@@ -18,9 +18,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import pwd
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -40,28 +38,29 @@ from tests.acceptance.chaos_driver import (
 
 
 def run_as_server_user(server: Any, program: str, *args: str, pgdata: Path | None = None) -> str:
-    """One of the embedded PostgreSQL's programs, as the user its servers run as."""
-    from pgserver import _commands
-
-    command = getattr(_commands, program)
-    return str(command(list(args), pgdata=pgdata, user=server.system_user, timeout=60))
+    """One of the embedded PostgreSQL's programs, as the OS account its servers run as."""
+    return str(server.account.run(server.bin / program, *(["-D", str(pgdata)] if pgdata else []), *args))
 
 
 def start_replica(primary: Any, directory: Path) -> Path:
     """A streaming replica of ``primary`` in ``directory`` (data and socket), started."""
     directory.mkdir(mode=0o700)
-    if primary.system_user is not None:
-        account = pwd.getpwnam(primary.system_user)
-        os.chown(directory, account.pw_uid, account.pw_gid)
-    socket_dir = str(primary.get_postmaster_info().socket_dir)
+    primary.account.give(directory)
+    # The embedded server's pg_hba.conf names no replication connections: the replica's, by password too.
+    with open(primary.cluster / "pg_hba.conf", "a") as hba:
+        hba.write("local replication all scram-sha-256\n")
+    run_as_server_user(primary, "pg_ctl", "reload", pgdata=primary.cluster)
+    conninfo = f"host={primary.settings()['HOST']} user=postgres password={primary.password()}"
     # -R: standby.signal and primary_conninfo, so that it starts as a replica streaming from the primary
-    backup = ["-D", str(directory), "-R", "-X", "stream", "-c", "fast", "-h", socket_dir, "-U", "postgres"]
-    run_as_server_user(primary, "pg_basebackup", *backup)
-    # The copy holds the primary's socket lock and log (its socket directory is its data directory).
-    for copied in (".s.PGSQL.5432.lock", "log"):
-        (directory / copied).unlink(missing_ok=True)
     run_as_server_user(
-        primary, "pg_ctl", "-w", "-o", f"-h '' -k {directory}", "-l", str(directory / "log"), "start", pgdata=directory
+        primary, "pg_basebackup", "-D", str(directory), "-R", "-X", "stream", "-c", "fast", "-d", conninfo
+    )
+    # The copy holds the primary's socket lock and log (its socket directory is its data directory).
+    for copied in (".s.PGSQL.5432.lock", "server.log"):
+        (directory / copied).unlink(missing_ok=True)
+    options = f"-c listen_addresses= -k {directory} -c unix_socket_permissions=0700"
+    run_as_server_user(
+        primary, "pg_ctl", "-w", "-o", options, "-l", str(directory / "server.log"), "start", pgdata=directory
     )
     return directory
 
@@ -94,9 +93,9 @@ def wait_for_streaming(timeout: float = 30) -> None:
         time.sleep(0.1)
 
 
-def multi_host_url(*socket_dirs: Path) -> str:
+def multi_host_url(password: str, *socket_dirs: Path) -> str:
     hosts = ",".join(quote(str(path), safe="") for path in socket_dirs)
-    return f"postgres://postgres@{hosts}/postgres?target_session_attrs=read-write"
+    return f"postgres://postgres:{quote(password, safe='')}@{hosts}/postgres?target_session_attrs=read-write"
 
 
 def stop(server: Any, data: Path, mode: str) -> None:
@@ -105,7 +104,8 @@ def stop(server: Any, data: Path, mode: str) -> None:
 
 
 def fail_over_under_load(options: argparse.Namespace, directory: Path, primary: Any, replica: Path) -> list[str]:
-    prepare(multi_host_url(primary.get_postmaster_info().socket_dir, replica), options.workflows, options.step_seconds)
+    url = multi_host_url(primary.password(), Path(primary.settings()["HOST"]), replica)
+    prepare(url, options.workflows, options.step_seconds)
     from django.db import connections
 
     wait_for_streaming()
@@ -128,7 +128,7 @@ def fail_over_under_load(options: argparse.Namespace, directory: Path, primary: 
         if completed == options.workflows:
             break
         if stopped_at is None and completed >= options.workflows // 3:
-            stop(primary, primary.pgdata, "immediate")
+            stop(primary, primary.cluster, "immediate")
             stopped_at, completed_before = time.monotonic(), completed
             connections.close_all()
             run_as_server_user(primary, "pg_ctl", "-w", "promote", pgdata=replica)
@@ -172,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         problems = fail_over_under_load(options, directory, primary, replica)
     finally:
-        with contextlib.suppress(subprocess.CalledProcessError):  # the promoted replica, or the replica
+        with contextlib.suppress(RuntimeError):  # the promoted replica, or the replica
             stop(primary, replica, "fast")
     for problem in problems:
         print(f"failover: FAILED: {problem}", flush=True)

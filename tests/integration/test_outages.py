@@ -61,6 +61,15 @@ def test_is_outage__a_server_that_is_not_there():
     assert is_outage(raised.value)
 
 
+def test_is_outage__a_result_libpq_cut_short_with_no_sqlstate():
+    """A server that died mid-result (a failover's crash): libpq's error has no
+    SQLSTATE, so psycopg raises its base DatabaseError, and Django wraps it."""
+    cut_short = psycopg.DatabaseError("server closed the connection unexpectedly")
+    wrapped = DatabaseError(str(cut_short))
+    wrapped.__cause__ = cut_short
+    assert is_outage(cut_short) and is_outage(wrapped)
+
+
 def test_is_outage__not_for_an_error_that_is_not_the_databases():
     assert not is_outage(ValueError("bad input"))
 

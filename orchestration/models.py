@@ -225,6 +225,12 @@ class WorkflowWorker(models.Model):
     started_at = models.DateTimeField(db_default=Now())
     last_seen_at = models.DateTimeField(db_default=Now())
     gone_at = models.DateTimeField(null=True, blank=True)
+    #: Step bodies the process abandoned past their limit that still run, as of
+    #: its last heartbeat (``orchestration.timeouts``).
+    abandoned_bodies = models.IntegerField(db_default=0)
+    #: How many times the process restarted itself at ``MAX_ABANDONED_BODIES``
+    #: before this row (``orchestration.worker.restart``): a restart registers a new row.
+    restarts = models.IntegerField(db_default=0)
 
     class Meta:
         db_table = "workflow_workers"

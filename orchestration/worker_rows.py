@@ -1,7 +1,9 @@
 """The ``runworkers`` processes as rows of ``workflow_workers``, for operators.
 
 A process registers itself when it starts (``register``), its heartbeat
-refreshes the row (``beat``), and a clean stop deletes it (``remove``). A
+refreshes the row (``beat``) with the step bodies it abandoned that still run,
+and a clean stop deletes it (``remove``). A process that restarts itself at
+``MAX_ABANDONED_BODIES`` registers a new row, with its restarts so far. A
 process that dies without stopping (SIGKILL, a lost machine) stops
 heartbeating: the stuck sweep marks its row gone (``mark_gone``) after
 ``STUCK_AFTER``, as it reclaims the runs the process held, and deletes rows
@@ -49,27 +51,30 @@ def package_version() -> str:
         return "unknown"
 
 
-def register(worker_id: str, *, queues: list[str] | None, concurrency: int) -> None:
-    """Write this process's row (or refresh it): ``worker_id``, host, pid, queues, threads, version."""
+def register(worker_id: str, *, queues: list[str] | None, concurrency: int, restarts: int = 0) -> None:
+    """Write this process's row (or refresh it): ``worker_id``, host, pid, queues, threads, version,
+    and how many times the process restarted itself before."""
     fields = {
         "host": socket.gethostname()[:255],
         "pid": os.getpid(),
         "queues": sorted(queues) if queues else None,
         "concurrency": concurrency,
         "version": package_version()[:50],
+        "restarts": restarts,
     }
     with _lock:
         _registered[worker_id] = fields
     _quietly("register", _write, worker_id, fields)
 
 
-def beat(worker_id: str) -> None:
-    """Refresh the row's ``last_seen_at`` (the heartbeat calls it); write it again if it is missing."""
+def beat(worker_id: str, *, abandoned_bodies: int = 0) -> None:
+    """Refresh the row's ``last_seen_at`` and its count of ``abandoned_bodies`` still
+    running, in one statement (the heartbeat calls it); write it again if it is missing."""
     with _lock:
         fields = _registered.get(worker_id)
     if fields is None:
         return
-    _quietly("refresh", _refresh, worker_id, fields)
+    _quietly("refresh", _refresh, worker_id, {**fields, "abandoned_bodies": abandoned_bodies})
 
 
 def remove(worker_id: str) -> None:
@@ -145,7 +150,12 @@ def _write(worker_id: str, fields: dict[str, Any]) -> None:
 
 
 def _refresh(worker_id: str, fields: dict[str, Any]) -> None:
-    if not _rows().filter(pk=worker_id).update(last_seen_at=Now(), gone_at=None):
+    refreshed = (
+        _rows()
+        .filter(pk=worker_id)
+        .update(last_seen_at=Now(), gone_at=None, abandoned_bodies=fields["abandoned_bodies"])
+    )
+    if not refreshed:
         _write(worker_id, fields)
 
 

@@ -149,7 +149,9 @@ class Worker:
             )
             self.shared_loop.start()
         services = Services(self.dispatcher, listen=self.listen, schedule=not self.burst, on_death=self._thread_died)
-        worker_rows.register(self.worker_id, queues=self.queues, concurrency=self.concurrency)
+        worker_rows.register(
+            self.worker_id, queues=self.queues, concurrency=self.concurrency, restarts=restarts_so_far()
+        )
         services.start()
         threads = [
             threading.Thread(target=self._worker_thread, name=f"orchestration-worker-{n}", daemon=True)

@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 from django.db import DatabaseError, connections
 
-from .. import recovery, sql, worker_rows
+from .. import recovery, sql, timeouts, worker_rows
 from ..conf import conf
 from ..listen import notifications_arrive
 from ..schedules import Scheduler, scheduled_workflows
@@ -98,7 +98,7 @@ class Services:
                     if run in held:  # not merely finished since the snapshot
                         logger.warning("workflow %s: lease lost (reclaimed or cancelled); stopping it", run.id)
                         run.lost.set()
-                worker_rows.beat(self.worker_id)
+                worker_rows.beat(self.worker_id, abandoned_bodies=len(timeouts.abandoned_bodies()))
             except Exception as exc:
                 self._failed("heartbeat", exc)
 

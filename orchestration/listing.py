@@ -215,7 +215,8 @@ def details(workflow_id: uuid.UUID) -> dict[str, Any]:
 
 def workers(include_gone: bool = False) -> list[dict[str, Any]]:
     """The worker processes (live and silent; gone too with ``include_gone``),
-    newest first, each with the ids of the runs it holds."""
+    newest first, each with the ids of the runs it holds, its abandoned step
+    bodies still running (as of its last heartbeat) and its restarts."""
     now = timezone.now()
     found = WorkflowWorker.objects.using(conf.DATABASE).order_by("-started_at")
     if not include_gone:
@@ -238,6 +239,8 @@ def workers(include_gone: bool = False) -> list[dict[str, Any]]:
             "started_at": worker.started_at,
             "last_seen_at": worker.last_seen_at,
             "gone_at": worker.gone_at,
+            "abandoned_bodies": worker.abandoned_bodies,
+            "restarts": worker.restarts,
             "holds": held[worker.pk],
         }
         for worker in listed

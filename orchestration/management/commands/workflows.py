@@ -81,7 +81,7 @@ class Command(ReportsOutages):
         found.add_argument("--limit", action=Bounded, minimum=1, default=50, help="how many (default 50)")
         shown = "One workflow: its columns, error history, patches, fork origin, steps, children and events."
         verb("show", shown).add_argument("id")
-        verb("workers", "The runworkers processes and what each holds.").add_argument(
+        verb("workers", "The runworkers processes: what each holds, its hung step bodies and restarts.").add_argument(
             "--all", action="store_true", help="with the workers marked gone"
         )
         retry = verb("retry", "Send failed or cancelled workflows back to pending, completed steps kept.")
@@ -204,11 +204,12 @@ class Command(ReportsOutages):
         table = [
             (
                 *(w["id"], w["state"], ",".join(w["queues"] or ["all"]), str(w["concurrency"]), w["version"]),
+                f"{w['abandoned_bodies']}/{w['restarts']}",
                 *(_moment(w["started_at"]), _moment(w["last_seen_at"]), " ".join(w["holds"]) or "nothing"),
             )
             for w in found
         ]
-        heading = ("worker", "state", "queues", "threads", "version", "started", "last seen", "holds")
+        heading = ("worker", "state", "queues", "threads", "version", "hung/restarts", "started", "last seen", "holds")
         self._table(heading, table, "no worker process is registered")
         return None
 

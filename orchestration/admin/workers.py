@@ -1,9 +1,10 @@
 """The workers page: every ``runworkers`` process, live or gone, with what it holds.
 
 A row per process (``workflow_workers``, written by ``orchestration.worker_rows``):
-its host and pid, the queues it serves, its threads, its version, when it
-started and last heartbeated, and the runs it holds, each linked. Read only:
-a worker's row changes only with the process.
+its host and pid, the queues it serves, its threads, its version, the step
+bodies it abandoned that still run and its restarts at ``MAX_ABANDONED_BODIES``
+(one narrow column), when it started and last heartbeated, and the runs it
+holds, each linked. Read only: a worker's row changes only with the process.
 """
 
 from __future__ import annotations
@@ -29,6 +30,9 @@ HELD_SHOWN = 100
 
 _BADGE = {"live": "running", "silent": "pending", "gone": "failed"}
 
+HUNG_TITLE = "step bodies abandoned past their limit that still run, as of the last heartbeat"
+RESTARTS_TITLE = "times the process restarted itself at MAX_ABANDONED_BODIES"
+
 
 class StateFilter(admin.SimpleListFilter):
     title = "state"
@@ -46,13 +50,17 @@ class StateFilter(admin.SimpleListFilter):
 
 
 class WorkerAdmin(ReadOnlyConsole, admin.ModelAdmin):
-    list_display = ("id", "state", "host", "pid", "queues_label", "concurrency", "holds", "started", "last_seen")
+    list_display = (
+        *("id", "state", "host", "pid", "queues_label", "concurrency"),
+        *("hung_and_restarts", "holds", "started", "last_seen"),
+    )
     list_filter = (StateFilter,)
     search_fields = ("=id", "=host")
     fields = (
         ("id", "state"),
         ("host", "pid"),
         ("queues_label", "concurrency", "version"),
+        ("hung", "restarts_label"),
         ("started", "last_seen", "gone"),
         "held",
     )
@@ -86,6 +94,25 @@ class WorkerAdmin(ReadOnlyConsole, admin.ModelAdmin):
     def queues_label(self, obj: WorkflowWorker) -> str:
         return ", ".join(obj.queues) if obj.queues else "all"
 
+    @admin.display(description="hung / restarts")
+    def hung_and_restarts(self, obj: WorkflowWorker) -> SafeString:
+        return format_html(
+            '<span title="{}">{}</span> / <span title="{}">{}</span>',
+            HUNG_TITLE,
+            self.hung(obj),
+            RESTARTS_TITLE,
+            self.restarts_label(obj),
+        )
+
+    @admin.display(description="hung step bodies")
+    def hung(self, obj: WorkflowWorker) -> SafeString:
+        # Red: each holds a thread until it ends, and at MAX_ABANDONED_BODIES the process restarts.
+        return _count(obj.abandoned_bodies, "orch-stale")
+
+    @admin.display(description="restarts")
+    def restarts_label(self, obj: WorkflowWorker) -> SafeString:
+        return _count(obj.restarts, "")
+
     @admin.display(description="holds", ordering="held_count")
     def holds(self, obj: WorkflowWorker) -> SafeString | str:
         count = getattr(obj, "held_count", None)
@@ -111,3 +138,7 @@ class WorkerAdmin(ReadOnlyConsole, admin.ModelAdmin):
         )
         more = format_html('<p><a href="{}">All of them</a></p>', changelist_url(worker=obj.pk))
         return format_html("<ul>{}</ul>{}", items, more if len(runs) > HELD_SHOWN else "")
+
+
+def _count(count: int, when_not_zero: str) -> SafeString:
+    return format_html('<span class="{}">{}</span>', when_not_zero if count else "orch-muted", count)

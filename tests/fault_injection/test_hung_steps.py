@@ -6,12 +6,18 @@ and a process whose abandoned bodies keep running restarts itself at
 
 from __future__ import annotations
 
+import io
+import json
+import re
 import signal
 import time
 import urllib.request
 import uuid
 
 import pytest
+from django.core.management import call_command
+from django.urls import reverse
+from django.utils.html import strip_tags
 
 from orchestration import cancel_workflow, start_workflow
 from orchestration.models import Workflow, WorkflowWorker
@@ -182,6 +188,51 @@ def test_abandoned_bodies__at_the_cap_the_worker_restarts_and_serves_on(workers)
         metrics = samples_of(response.read().decode())
     assert metrics[("orchestration_worker_restarts_total", ())] == 1
     assert metrics[("orchestration_abandoned_step_bodies", ())] == 0
+
+
+def listed_by_the_cli(process) -> dict | None:
+    """``process``'s live row as ``manage.py workflows workers --json`` lists it."""
+    out = io.StringIO()
+    call_command("workflows", "workers", "--json", stdout=out)
+    return next((row for row in json.loads(out.getvalue()) if row["pid"] == process.pid), None)
+
+
+def cli_line_of(process) -> list[str]:
+    """The cells of ``process``'s line of ``manage.py workflows workers`` (its table's heading first)."""
+    out = io.StringIO()
+    call_command("workflows", "workers", stdout=out)
+    heading, *lines = out.getvalue().splitlines()
+    (line,) = [line for line in lines if f":{process.pid}:" in line]
+    return [*zip(heading.split(), line.split(), strict=False)]
+
+
+def shown_on_the_workers_page(admin_client, process) -> str:
+    """The "hung / restarts" cell of ``process``'s live row on the admin's workers page."""
+    page = admin_client.get(reverse("admin:orchestration_workflowworker_changelist"), {"state": "live"})
+    (row,) = [row for row in re.findall(r"<tr.*?</tr>", page.content.decode(), re.S) if f":{process.pid}:" in row]
+    cell = re.search(r'<td class="field-hung_and_restarts">(.*?)</td>', row, re.S)
+    return " ".join(strip_tags(cell.group(1)).split())
+
+
+def test_hung_bodies_and_restarts__are_shown_on_the_workers_page_and_by_the_cli(workers, admin_client):
+    # Under the default cap (its --concurrency, 2): one hung body is carried, a second restarts the process.
+    process = worker_named(f"hung-{uuid.uuid4().hex[:8]}", "--concurrency", "2")
+    workers.append(process)
+    first = start_workflow("hangs_ignoring_errors", {"hang": 120, "timeout": 0.5})
+    assert wait_for(ended(first, "completed"), timeout=40)  # its second attempt; the first one's body hangs on
+    assert wait_for(lambda: (listed_by_the_cli(process) or {}).get("abandoned_bodies") == 1, timeout=10)
+    assert listed_by_the_cli(process)["restarts"] == 0
+    assert ("hung/restarts", "1/0") in cli_line_of(process)
+    assert shown_on_the_workers_page(admin_client, process) == "1 / 0"
+
+    second = start_workflow("hangs_ignoring_errors", {"hang": 120, "timeout": 0.5})
+    assert wait_for(ended(second, "completed"), timeout=40)
+    # The process restarted in place (same pid) and registered a new row, which counts the restart.
+    assert wait_for(lambda: (listed_by_the_cli(process) or {}).get("restarts") == 1, timeout=30)
+    assert listed_by_the_cli(process)["abandoned_bodies"] == 0
+    assert ("hung/restarts", "0/1") in cli_line_of(process)
+    assert shown_on_the_workers_page(admin_client, process) == "0 / 1"
+    assert process.poll() is None and "restarting:" in process.log_path.read_text()
 
 
 def test_async_step_past_its_timeout__is_cancelled_holding_no_connection(workers):

@@ -8,6 +8,7 @@ import re
 
 import pytest
 from django.contrib.admin.models import LogEntry
+from django.contrib.admin.utils import quote
 from django.db import connection
 from django.urls import reverse
 from django.utils import timezone
@@ -163,6 +164,26 @@ def test_overview__lists_recent_failures_and_live_workers(admin_client):
     assert str(workflow.pk)[-8:] in failures and "bank API unreachable" in failures
     workers = html.split('id="orch-workers"', 1)[1].split("</section>", 1)[0]
     assert "web-1:42:cafe" in workers and "every queue" in workers and "old:1:dead" not in workers
+
+
+def test_workers_page__shows_each_workers_hung_step_bodies_and_restarts_in_one_column(admin_client):
+    WorkflowWorker.objects.create(id="web-1:42:cafe", host="web-1", pid=42, concurrency=4, version="x")
+    WorkflowWorker.objects.create(
+        id="web-2:43:beef", host="web-2", pid=43, concurrency=4, version="x", abandoned_bodies=3, restarts=2
+    )
+    html = admin_client.get(reverse("admin:orchestration_workflowworker_changelist")).content.decode()
+    assert html.count(">Hung / restarts<") == 1  # one heading
+    cells = {
+        worker: re.sub(r"<[^>]+>", "", row.split('class="field-hung_and_restarts">', 1)[1].split("</td>", 1)[0])
+        for row in html.split("<tr")
+        for worker in ("web-1:42:cafe", "web-2:43:beef")
+        if worker in row
+    }
+    assert cells == {"web-1:42:cafe": "0 / 0", "web-2:43:beef": "3 / 2"}
+    assert '<span class="orch-stale">3</span>' in html  # a hung body stands out
+    page = admin_client.get(reverse("admin:orchestration_workflowworker_change", args=[quote("web-2:43:beef")]))
+    fields = " ".join(re.sub(r"<[^>]+>", " ", page.content.decode()).split())
+    assert "Hung step bodies: 3 Restarts: 2 " in fields
 
 
 @pytest.mark.parametrize(

@@ -159,6 +159,16 @@ def test_workers__the_live_processes_and_what_each_holds():
     assert "a:1:x" in text and str(running.pk) in text
 
 
+def test_workers__each_with_its_hung_step_bodies_and_restarts():
+    WorkflowWorker.objects.create(id="a:1:x", host="a", pid=1, concurrency=2, version="1", abandoned_bodies=2)
+    WorkflowWorker.objects.create(id="b:2:y", host="b", pid=2, concurrency=2, version="1", restarts=3)
+    listed = {w["id"]: (w["abandoned_bodies"], w["restarts"]) for w in run_json("workers")}
+    assert listed == {"a:1:x": (2, 0), "b:2:y": (0, 3)}
+    heading, *lines = run("workers").splitlines()
+    column = heading.split().index("hung/restarts")
+    assert {line.split()[0]: line.split()[column] for line in lines} == {"a:1:x": "2/0", "b:2:y": "0/3"}
+
+
 # -- repairs ------------------------------------------------------------------------
 
 

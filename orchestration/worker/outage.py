@@ -66,7 +66,7 @@ class DatabaseOutage:
                 )
             lasted = now - self._since
             if self.give_up_after is not None and lasted >= self.give_up_after and self.gave_up is None:
-                self.gave_up = f"gave up after {lasted:.0f}s: {self._describe(exc)}"
+                self.gave_up = f"gave up after {self.give_up_after:g}s: {self._describe(exc)}"  # the bound, as asked
                 give_up = True
             else:
                 give_up = False

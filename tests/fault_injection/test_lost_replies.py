@@ -60,14 +60,20 @@ def reply_lost_after() -> Iterator[Callable[[str], None]]:
             transaction.on_commit(lambda: terminate(connection), using=connection.alias)
         return result
 
+    watched: list[Any] = []
+
     def watch(sender: Any, connection: Any, **kwargs: Any) -> None:
-        connection.execute_wrappers.append(wrapper)
+        if wrapper not in connection.execute_wrappers:
+            connection.execute_wrappers.append(wrapper)
+            watched.append(connection)
 
     connection_created.connect(watch)
     try:
         yield armed.append
     finally:
         connection_created.disconnect(watch)
+        for connection in watched:  # a thread's connection object outlives the test (the main thread's does)
+            connection.execute_wrappers.remove(wrapper)
     assert lost.is_set(), "no reply was lost: the statement never ran"
 
 

@@ -36,9 +36,7 @@ def test_cpu_meter__counts_the_cpu_a_process_spends__and_leaves_out_one_not_visi
 
 @pytest.mark.django_db
 def test_server_backends__of_a_server_on_this_machine__are_found_every_time():
-    with other_connection() as connection:
-        conninfo = connection.info.dsn
-    assert all(server_backends(conninfo) for _ in range(200))
+    assert all(server_backends(database_conninfo()) for _ in range(200))
 
 
 @pytest.mark.django_db(transaction=True)
@@ -46,9 +44,9 @@ def test_wake_up_floor__a_listener_that_cannot_connect__fails_the_measurement_in
     role = "orchestration_test_one_connection"  # its one connection is the measurement's own
     with other_connection() as admin:
         admin.execute(f"DROP ROLE IF EXISTS {role}")
-        admin.execute(f"CREATE ROLE {role} LOGIN CONNECTION LIMIT 1")
+        admin.execute(f"CREATE ROLE {role} LOGIN PASSWORD 'one-connection' CONNECTION LIMIT 1")
         admin.execute(f"GRANT CREATE ON SCHEMA public TO {role}")
-    conninfo = database_conninfo(user=role, password=None)
+    conninfo = database_conninfo(user=role, password="one-connection")
     raised: list[BaseException] = []
 
     def measure() -> None:

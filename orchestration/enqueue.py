@@ -25,23 +25,36 @@ from .errors import OrchestrationError
 from .models import ACTIVE_STATUSES, KeyScope, Workflow
 
 #: The columns the insert gives each row its own value of (and ``concurrency_key``
-#: when the runs of one insert have different ones).
+#: when the runs of one insert have different ones): the key goes to
+#: ``KEY_COLUMNS[scope]``.
 OWN_COLUMNS = ("id", "input_data", "idempotency_key")
 
 #: The arrays the insert takes each row's own value of a column from.
 _OWN_ARRAYS = {"id": "unnest(%(ids)s::uuid[])", "input_data": "jsonb_array_elements(%(inputs)s::jsonb)",
                "idempotency_key": "jsonb_array_elements_text(%(keys)s::jsonb)",
+               "scoped_key": "jsonb_array_elements_text(%(keys)s::jsonb)",
                "concurrency_key": "jsonb_array_elements_text(%(concurrency_keys)s::jsonb)"}  # fmt: skip
 
-#: ON CONFLICT of a start by the scope of its key (``KeyScope``; the arbiters are
-#: the partial unique indexes of ``Workflow.Meta``): the key's first run ever, its
-#: active run, or its run not yet claimed (which takes the start's input, and the
+#: The column of a start's key, by the key's scope (``KeyScope``): a key held for
+#: ever in ``idempotency_key``, unique where not null as it was in 0.1.0, whose
+#: starts name that index as their arbiter (so that the two releases' starts
+#: share it during an upgrade); a key with a scope in ``scoped_key``, which
+#: holds the same key many times over the months (docs/how-to/upgrading.md).
+KEY_COLUMNS: dict[str | None, str] = {
+    None: "idempotency_key",
+    KeyScope.ACTIVE: "scoped_key",
+    KeyScope.DEBOUNCE: "scoped_key",
+}
+
+#: ON CONFLICT of a start by the scope of its key (the arbiters are the partial
+#: unique indexes of ``Workflow.Meta``): the key's first run ever, its active
+#: run, or its run not yet claimed (which takes the start's input, and the
 #: concurrency key given or made of it) answers instead of a new run. The last
 #: two are race-free: the index decides, not a read.
 KEY_CONFLICTS: dict[str | None, str] = {
-    None: "idempotency_key IS NOT NULL AND key_scope IS NULL DO NOTHING",
-    KeyScope.ACTIVE: "key_scope = 'active' AND status IN ('pending', 'running') DO NOTHING",
-    KeyScope.DEBOUNCE: "key_scope = 'debounce' AND status = 'pending' AND started_at IS NULL "
+    None: "(idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING",
+    KeyScope.ACTIVE: "(scoped_key) WHERE key_scope = 'active' AND status IN ('pending', 'running') DO NOTHING",
+    KeyScope.DEBOUNCE: "(scoped_key) WHERE key_scope = 'debounce' AND status = 'pending' AND started_at IS NULL "
     "DO UPDATE SET input_data = excluded.input_data, concurrency_key = excluded.concurrency_key",
 }
 
@@ -98,10 +111,11 @@ def insert(
         ids = time_ordered_uuids(len(keys))
         rows = _insert_rows(alias, options, ids, inputs, keys, concurrency_keys, scope)
         created = {workflow.pk: workflow for workflow in rows}
-        by_key: dict[str | None, Workflow] = {w.idempotency_key: w for w in rows if w.idempotency_key}
+        column = KEY_COLUMNS[scope]
+        by_key: dict[str | None, Workflow] = {getattr(w, column): w for w in rows if getattr(w, column)}
         missing = {key for key, pk in zip(keys, ids, strict=True) if pk not in created and key not in by_key}
         if missing:
-            by_key.update((w.idempotency_key, w) for w in _holders(alias, missing, scope))
+            by_key.update((getattr(w, column), w) for w in _holders(alias, missing, scope))
         if not missing - by_key.keys():
             return [created.get(pk) or by_key[key] for pk, key in zip(ids, keys, strict=True)]
     raise OrchestrationError(f"Could not start a run of key(s) {', '.join(map(str, missing))} in {_ROUNDS} rounds.")
@@ -109,10 +123,9 @@ def insert(
 
 def _holders(alias: str, keys: set[str | None], scope: str | None) -> Any:
     """The runs that hold ``keys`` in ``scope``."""
-    holders = Workflow.objects.using(alias).filter(idempotency_key__in=keys)
     if scope is None:
-        return holders.filter(key_scope__isnull=True)
-    return holders.filter(key_scope=scope, status__in=ACTIVE_STATUSES)
+        return Workflow.objects.using(alias).filter(idempotency_key__in=keys)
+    return Workflow.objects.using(alias).filter(scoped_key__in=keys, key_scope=scope, status__in=ACTIVE_STATUSES)
 
 
 def _insert_rows(
@@ -133,7 +146,10 @@ def _insert_rows(
     what jsonb stores; its keys in the order they were sent.)"""
     connection = connections[alias]
     fields = Workflow._meta.concrete_fields
-    own = OWN_COLUMNS if concurrency_keys is None else (*OWN_COLUMNS, "concurrency_key")
+    key_column = KEY_COLUMNS[scope]
+    own: tuple[str, ...] = (*OWN_COLUMNS[:-1], key_column)
+    if concurrency_keys is not None:
+        own = (*own, "concurrency_key")
     statement = _statement(alias, tuple(options), own, scope, keyless)
     params = {
         **options,
@@ -163,7 +179,7 @@ def _insert_rows(
     for workflow_id, key in new:
         values = shared.copy()
         # A run a debounced start updated is the only row, whole: its input is the template's.
-        values["id"], values["idempotency_key"] = workflow_id, key
+        values["id"], values[key_column] = workflow_id, key
         values["input_data"] = input_of.get(workflow_id, values["input_data"])
         if concurrency_key_of is not None:
             values["concurrency_key"] = concurrency_key_of[workflow_id]
@@ -200,21 +216,19 @@ def _statement(
             INSERT INTO workflows ({", ".join(own)}, {names})
             SELECT {", ".join(f"r.{column}" for column in own)}, {values}
             FROM ROWS FROM ({", ".join(_OWN_ARRAYS[column] for column in own)}) AS r ({", ".join(own)})
-            ON CONFLICT (idempotency_key) WHERE {KEY_CONFLICTS[scope]}
+            ON CONFLICT {KEY_CONFLICTS[scope]}
             RETURNING {returning}
         ), whole AS (
             SELECT * FROM new LIMIT 1
         ), wake AS (
             SELECT pg_notify(%(channel)s, %(notify_queue)s) WHERE EXISTS (SELECT FROM new)
         )
-        {_KEYLESS_ROWS if keyless else _ROWS}
+        {_KEYLESS_ROWS if keyless else _ROWS.format(key=KEY_COLUMNS[scope])}
     """
 
 
 #: What the insert returns: each new row's id and key, the first row whole beside each ...
-_ROWS = (
-    "SELECT new.id, new.idempotency_key, whole.* FROM new LEFT JOIN whole ON whole.id = new.id LEFT JOIN wake ON true"
-)
+_ROWS = "SELECT new.id, new.{key}, whole.* FROM new LEFT JOIN whole ON whole.id = new.id LEFT JOIN wake ON true"
 #: ... or, when no key was given, the first row whole only.
 _KEYLESS_ROWS = "SELECT whole.* FROM whole LEFT JOIN wake ON true"
 

@@ -74,8 +74,8 @@ def search_q(term: str) -> Q:
     needle = term.lower()
     # The types whose names contain it: a type no row has and no code registers finds nothing.
     types = sorted(name for name in {*stats.workflow_types(), *registered_workflows()} if needle in name.lower())
-    # A key in each of the two partial indexes that hold keys (for ever; with a scope).
-    condition = Q(idempotency_key=term, key_scope__isnull=True) | Q(idempotency_key=term, key_scope__isnull=False)
+    # A key held for ever, or with a scope: each column's index holds its keys.
+    condition = Q(idempotency_key=term) | Q(scoped_key=term)
     if types:
         condition |= Q(workflow_type__in=types)
     ids = uuid_prefix_range(term)
@@ -206,6 +206,8 @@ def details(workflow_id: uuid.UUID) -> dict[str, Any]:
         "error_traceback": workflow.error_traceback,
         "error_history": workflow.error_history or [],
         "patches": workflow.patches,
+        "scoped_key": workflow.scoped_key,
+        "key_scope": workflow.key_scope,
         "forked_from_id": workflow.forked_from_id,
         "steps": list(steps),
         "children": dict(children),

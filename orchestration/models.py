@@ -110,8 +110,12 @@ class Workflow(models.Model):
     # Claimed through idx_workflows_queue_claim and idx_workflows_key_claim, made by
     # migration 0006 in SQL (they order by an expression the ORM cannot say).
     concurrency_key = models.CharField(max_length=255, null=True, blank=True)
-    # How long ``idempotency_key`` holds (``KeyScope``); NULL: for ever.
+    # A start's key with a scope (``KeyScope``): held while the run is active, or
+    # until it is claimed, so the same key comes back run after run. Apart from
+    # ``idempotency_key`` (a key held for ever, unique where not null), whose
+    # unique index the previous release's starts name as their arbiter.
     key_scope = models.CharField(max_length=10, choices=KeyScope.choices, null=True, blank=True)
+    scoped_key = models.CharField(max_length=255, null=True, blank=True)
     # The ``ctx.patched`` change ids this run took the new branch of, each with
     # the number of the step that came next: replays take the same branches.
     patches = models.JSONField(null=True, blank=True)
@@ -154,9 +158,7 @@ class Workflow(models.Model):
             models.Index(fields=["parent"], name="idx_workflows_parent", condition=Q(parent__isnull=False)),
             # Keys with a scope (unique while active, debounced), for the search by key;
             # uniq_workflows_idempotency_key holds the others.
-            models.Index(
-                fields=["idempotency_key"], name="idx_workflows_scoped_key", condition=Q(key_scope__isnull=False)
-            ),
+            models.Index(fields=["scoped_key"], name="idx_workflows_scoped_key", condition=Q(scoped_key__isnull=False)),
             # Forks only, as for children: deleting a run finds its forks by it.
             models.Index(
                 fields=["forked_from"], name="idx_workflows_forked_from", condition=Q(forked_from__isnull=False)
@@ -169,20 +171,21 @@ class Workflow(models.Model):
             ),
         ]
         constraints = [
+            # 0.1.0's, as it was: the arbiter of every release's start with a key held for ever.
             models.UniqueConstraint(
                 fields=["idempotency_key"],
                 name="uniq_workflows_idempotency_key",
-                condition=Q(idempotency_key__isnull=False, key_scope__isnull=True),
+                condition=Q(idempotency_key__isnull=False),
             ),
-            # The arbiters of ON CONFLICT in sql.KEY_CONFLICTS: a key's one active
+            # The arbiters of ON CONFLICT in enqueue.KEY_CONFLICTS: a key's one active
             # run, and its one run not yet claimed.
             models.UniqueConstraint(
-                fields=["idempotency_key"],
+                fields=["scoped_key"],
                 name="uniq_workflows_active_key",
                 condition=Q(key_scope=KeyScope.ACTIVE, status__in=ACTIVE_STATUSES),
             ),
             models.UniqueConstraint(
-                fields=["idempotency_key"],
+                fields=["scoped_key"],
                 name="uniq_workflows_debounce_key",
                 condition=Q(key_scope=KeyScope.DEBOUNCE, status=WorkflowStatus.PENDING, started_at__isnull=True),
             ),

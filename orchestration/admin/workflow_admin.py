@@ -129,6 +129,7 @@ class WorkflowAdmin(ReadOnlyConsole, admin.ModelAdmin):
                     ("queue", "priority"),
                     ("attempts_label", "steps_label"),
                     ("idempotency_key", "worker"),
+                    ("scoped_key", "key_scope"),
                 )
             },
         ),

@@ -6,12 +6,15 @@ enters a finished status (by any path: the worker's completion statement, a
 failure, a cancel, the sweep, plain SQL), the trigger NOTIFYs the run's id on
 ``orchestration_result``. A run nobody waits for sends nothing: its status
 changes only pay for the trigger's WHEN test. Adding a column with a constant
-default rewrites nothing.
+default rewrites nothing; the column and the trigger take the table's lock
+together, for a moment (``WithLockTimeout``).
 """
 
 from __future__ import annotations
 
 from django.db import migrations, models
+
+from orchestration.online_migrations import AddField, WithLockTimeout
 
 NOTIFY_RESULT = """
 CREATE FUNCTION orchestration_notify_result() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -37,10 +40,12 @@ class Migration(migrations.Migration):
     dependencies = [("orchestration", "0009_versions_keys_patches_forks")]
 
     operations = [
-        migrations.AddField(
-            model_name="workflow",
-            name="awaited",
-            field=models.BooleanField(db_default=False, default=False, editable=False),
+        WithLockTimeout(
+            AddField(
+                model_name="workflow",
+                name="awaited",
+                field=models.BooleanField(db_default=False, default=False, editable=False),
+            ),
+            migrations.RunSQL(NOTIFY_RESULT, DROP_NOTIFY_RESULT),
         ),
-        migrations.RunSQL(NOTIFY_RESULT, DROP_NOTIFY_RESULT),
     ]

@@ -12,8 +12,9 @@ indexes its search reads.
   database's owner may create; where it is missing, or this role may not
   create it, the index is left out and so is the search in error messages.
 
-Adding a nullable column rewrites no row; both indexes are built CONCURRENTLY,
-so a large table keeps taking writes meanwhile (hence not atomic).
+Adding a nullable column rewrites no row, and its lock is held for a moment;
+both indexes are built CONCURRENTLY, so a large table keeps taking writes
+meanwhile (hence not atomic).
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from __future__ import annotations
 from typing import Any
 
 from django.db import DatabaseError, migrations, models
+
+from orchestration.online_migrations import AddField, CreateIndexConcurrently, WithLockTimeout
 
 
 ERROR_INDEX = (
@@ -62,15 +65,17 @@ class Migration(migrations.Migration):
     ]
 
     operations = [
-        migrations.AddField(
-            model_name="workflow",
-            name="error_history",
-            field=models.JSONField(blank=True, null=True),
+        WithLockTimeout(
+            AddField(
+                model_name="workflow",
+                name="error_history",
+                field=models.JSONField(blank=True, null=True),
+            ),
         ),
-        migrations.RunSQL(
+        CreateIndexConcurrently(
+            "idx_workflows_id_tail",
             "CREATE INDEX CONCURRENTLY IF NOT EXISTS idx_workflows_id_tail ON workflows "
             "(reverse(right(id::text, 12)) text_pattern_ops)",
-            "DROP INDEX CONCURRENTLY IF EXISTS idx_workflows_id_tail",
         ),
         migrations.RunPython(create_error_index, drop_error_index),
     ]

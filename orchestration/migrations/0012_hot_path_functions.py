@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from django.db import migrations
 
+from orchestration.online_migrations import WithLockTimeout
+
 from orchestration import functions
 
 #: The functions this migration creates.
@@ -16,4 +18,4 @@ FUNCTIONS_FINGERPRINT = "c1ad04ca8860bf25"
 class Migration(migrations.Migration):
     dependencies = [("orchestration", "0011_console_error_history")]
 
-    operations = [migrations.RunSQL(functions.create_functions(*NAMES), functions.drop_functions(*NAMES))]
+    operations = [WithLockTimeout(migrations.RunSQL(functions.create_functions(*NAMES), functions.drop_functions(*NAMES)))]

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from django.db import migrations
 
+from orchestration.online_migrations import WithLockTimeout
+
 from orchestration import functions
 
 #: The functions this migration adds.
@@ -19,7 +21,5 @@ class Migration(migrations.Migration):
     dependencies = [("orchestration", "0012_hot_path_functions")]
 
     operations = [
-        migrations.RunSQL(
-            functions.create_functions(), functions.drop_functions(*NAMES)
-        )
+        WithLockTimeout(migrations.RunSQL(functions.create_functions(), functions.drop_functions(*NAMES)))
     ]

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from django.db import migrations
 
+from orchestration.online_migrations import WithLockTimeout
+
 #: The trigger function of migration 0010, which also serves deletes.
 NOTIFY_RESULT_OR_DELETE = """
 CREATE OR REPLACE FUNCTION orchestration_notify_result() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -35,4 +37,4 @@ $$;
 class Migration(migrations.Migration):
     dependencies = [("orchestration", "0014_hand_over_claims")]
 
-    operations = [migrations.RunSQL(NOTIFY_RESULT_OR_DELETE, NOTIFY_RESULT_ONLY)]
+    operations = [WithLockTimeout(migrations.RunSQL(NOTIFY_RESULT_OR_DELETE, NOTIFY_RESULT_ONLY))]

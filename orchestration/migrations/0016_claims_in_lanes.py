@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from django.db import migrations
 
+from orchestration.online_migrations import WithLockTimeout
+
 from orchestration import functions
 
 #: ``functions.fingerprint()`` of the text this migration was written for.
@@ -16,4 +18,4 @@ FUNCTIONS_FINGERPRINT = "7c63910e590c6b6f"
 class Migration(migrations.Migration):
     dependencies = [("orchestration", "0015_notify_deleted_awaited_runs")]
 
-    operations = [migrations.RunSQL(functions.create_functions(), migrations.RunSQL.noop)]
+    operations = [WithLockTimeout(migrations.RunSQL(functions.create_functions(), migrations.RunSQL.noop))]

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from django.db import migrations
 
+from orchestration.online_migrations import WithLockTimeout
+
 from orchestration import functions
 
 #: ``functions.fingerprint()`` of the text this migration was written for.
@@ -17,4 +19,4 @@ FUNCTIONS_FINGERPRINT = "58fe9c38311960a0"
 class Migration(migrations.Migration):
     dependencies = [("orchestration", "0016_claims_in_lanes")]
 
-    operations = [migrations.RunSQL(functions.create_functions(), migrations.RunSQL.noop)]
+    operations = [WithLockTimeout(migrations.RunSQL(functions.create_functions(), migrations.RunSQL.noop))]

@@ -161,6 +161,8 @@ class Command(ReportsOutages):
         for key in ("idempotency_key", "worker_id", "parent_id", "waiting_for", "run_after", "deadline"):
             if found[key] is not None:
                 self.stdout.write(f"{key.replace('_', ' ') + ':':<12}{printable(str(found[key]))}")
+        if found["scoped_key"] is not None:
+            self.stdout.write(f"{'key:':<12}{printable(found['scoped_key'])} ({found['key_scope']})")
         if found["forked_from_id"] is not None:
             self.stdout.write(f"{'forked from:':<12}{found['forked_from_id']}")
         if found["patches"]:

@@ -25,8 +25,9 @@ PYTHON313 ?= $(shell for p in python3.13 $${PYENV_ROOT:-$$HOME/.pyenv}/versions/
 	"$$p" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 13))' >/dev/null 2>&1 && { echo "$$p"; break; }; done)
 
 DOCS_STAMP := $(VENV)/.installed-docs
+LINT_STAMP := $(VENV)/.installed-lint
 
-.PHONY: help demo test test-chaos test-django52 lint serve format clean release-check docs
+.PHONY: help demo test test-chaos test-django52 lint lint-migrations serve format clean release-check docs
 .DEFAULT_GOAL := help
 
 help:
@@ -35,6 +36,7 @@ help:
 	@echo "make test-chaos   the chaos run: killed workers and a restarted PostgreSQL (CI runs it)"
 	@echo "make test-django52   the suite on Django 5.2 with Python 3.11 (Tasks backend tests skip)"
 	@echo "make lint   ruff and mypy;  make serve: the admin on http://127.0.0.1:8000/admin/"
+	@echo "make lint-migrations   squawk on the SQL of the migrations since the last release (.ci/migration-lint.toml)"
 	@echo "make release-check   build the sdist and wheel, twine check, install the wheel on Django 6 and 5.2"
 	@echo "make docs   the documentation site into build/site (MkDocs, warnings as errors)"
 
@@ -81,6 +83,15 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy orchestration
+
+# The migrations' linter (requirements-lint.txt) goes into the project's .venv:
+# it reads the SQL that sqlmigrate prints, which needs the app beside it.
+$(LINT_STAMP): requirements-lint.txt $(STAMP)
+	$(BIN)/python -m pip install --quiet -r requirements-lint.txt
+	@touch $(LINT_STAMP)
+
+lint-migrations: $(LINT_STAMP)
+	$(BIN)/python .ci/lint_migrations.py
 
 format: $(STAMP)
 	$(BIN)/ruff check --fix .

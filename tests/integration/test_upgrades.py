@@ -1,0 +1,68 @@
+"""The previous release (0.1.0) keeps working on this release's schema, while
+both run during an upgrade (docs/how-to/upgrading.md)."""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+import pytest
+from django.db import connection
+
+from orchestration import start_workflow
+from orchestration.models import Workflow
+
+pytestmark = pytest.mark.django_db
+
+#: 0.1.0's start (``sql._insert_statement`` at aedc35c), with the columns it
+#: gives each row and its ON CONFLICT clause as they were.
+PREVIOUS_RELEASE_START = """
+    INSERT INTO workflows (id, input_data, idempotency_key, workflow_type)
+    SELECT r.id, r.input_data, r.idempotency_key, 'echo'
+    FROM ROWS FROM (unnest(%s::uuid[]), jsonb_array_elements(%s::jsonb), jsonb_array_elements_text(%s::jsonb))
+        AS r (id, input_data, idempotency_key)
+    ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+    RETURNING id
+"""
+
+#: ``pg_get_indexdef`` of 0.1.0's unique index of the keys held for ever.
+PREVIOUS_RELEASE_KEY_INDEX = (
+    "CREATE UNIQUE INDEX uniq_workflows_idempotency_key ON public.workflows "
+    "USING btree (idempotency_key) WHERE (idempotency_key IS NOT NULL)"
+)
+
+
+def previous_release_start(key: str | None) -> list[uuid.UUID]:
+    """The ids 0.1.0's start inserts for one run of ``key``: none if the key is taken."""
+    with connection.cursor() as cursor:
+        ids = "{" + str(uuid.uuid4()) + "}"
+        cursor.execute(PREVIOUS_RELEASE_START, [ids, json.dumps([{"n": 1}]), json.dumps([key])])
+        return [row[0] for row in cursor.fetchall()]
+
+
+def test_previous_release_start__finds_its_arbiter_without_a_key():
+    assert len(previous_release_start(None)) == 1
+
+
+def test_previous_release_start__finds_its_arbiter_with_a_key_taken_or_not():
+    assert len(previous_release_start("order-7")) == 1
+    assert previous_release_start("order-7") == []
+
+
+def test_key_held_for_ever__has_the_previous_releases_unique_index():
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_get_indexdef('uniq_workflows_idempotency_key'::regclass)")
+        assert cursor.fetchone()[0] == PREVIOUS_RELEASE_KEY_INDEX
+
+
+def test_key_held_for_ever__is_one_key_for_both_releases():
+    [first] = previous_release_start("order-7")
+    assert start_workflow("echo", {"n": 2}, idempotency_key="order-7").pk == first
+    assert previous_release_start("order-7") == []
+
+
+def test_key_with_a_scope__never_meets_the_previous_releases_key():
+    scoped = start_workflow("echo", {"n": 1}, idempotency_key="order-7", unique_while_active=True)
+    kept = previous_release_start("order-7")
+    assert len(kept) == 1 and Workflow.objects.get(pk=kept[0]).idempotency_key == "order-7"
+    assert (scoped.idempotency_key, scoped.scoped_key, scoped.key_scope) == (None, "order-7", "active")

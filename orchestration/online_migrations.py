@@ -191,14 +191,7 @@ class CreateIndexConcurrently(Operation):
 
     def database_forwards(self, app_label: str, schema_editor: Any, from_state: Any, to_state: Any) -> None:
         if not schema_editor.collect_sql:
-            with schema_editor.connection.cursor() as cursor:
-                cursor.execute(
-                    "SELECT NOT indisvalid FROM pg_index WHERE indexrelid = to_regclass(%s)",
-                    [schema_editor.quote_name(self.name)],
-                )
-                row = cursor.fetchone()
-            if row and row[0]:
-                schema_editor.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {schema_editor.quote_name(self.name)}")
+            drop_if_invalid(schema_editor, self.name)
         schema_editor.execute(self.sql)
 
     def database_backwards(self, app_label: str, schema_editor: Any, from_state: Any, to_state: Any) -> None:
@@ -219,6 +212,18 @@ class AddField(migrations.AddField):
             if any(info.name == column for info in columns):
                 return
         super().database_forwards(app_label, schema_editor, from_state, to_state)
+
+
+def drop_if_invalid(schema_editor: Any, name: str) -> None:
+    """Drop index ``name`` if a build that failed left it invalid: ``IF NOT EXISTS``
+    would keep it, and PostgreSQL would write to it and never read it."""
+    with schema_editor.connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT NOT indisvalid FROM pg_index WHERE indexrelid = to_regclass(%s)", [schema_editor.quote_name(name)]
+        )
+        row = cursor.fetchone()
+    if row and row[0]:
+        schema_editor.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {schema_editor.quote_name(name)}")
 
 
 class DropIndexConcurrently(Operation):

@@ -23,7 +23,7 @@ from typing import Any
 
 from django.db import DatabaseError, migrations, models
 
-from orchestration.online_migrations import AddField, CreateIndexConcurrently, WithLockTimeout
+from orchestration.online_migrations import AddField, CreateIndexConcurrently, WithLockTimeout, drop_if_invalid
 
 
 ERROR_INDEX = (
@@ -45,6 +45,8 @@ def create_error_index(apps: Any, schema_editor: Any) -> None:
             cursor.execute("CREATE EXTENSION IF NOT EXISTS pg_trgm")
         except DatabaseError:  # not the database's owner, nor a superuser
             return
+    drop_if_invalid(schema_editor, "idx_workflows_error_trgm")
+    with schema_editor.connection.cursor() as cursor:
         cursor.execute(ERROR_INDEX)
         # The planner's figures for the indexed expression (mostly NULL: only failed,
         # retrying or cancelled runs have an error), without which it takes a search

@@ -11,13 +11,24 @@ on this schema until every process is upgraded (docs/how-to/upgrading.md).
 
 The columns are nullable, so adding them rewrites no row and their lock is
 held for a moment; the foreign key is added with its column, all NULL, so
-PostgreSQL checks no row. The indexes are built CONCURRENTLY (hence not atomic).
+PostgreSQL checks no row, and it sets the link NULL itself when a run with
+forks is deleted (as 0.1.0's retention purge does, knowing nothing of forks). The indexes are built CONCURRENTLY (hence not atomic).
 """
 
 import django.db.models.deletion
 from django.db import migrations, models
 
 from orchestration.online_migrations import AddField, CreateIndexConcurrently, WithLockTimeout
+
+
+#: The fork's link, set NULL by PostgreSQL when the run it came from is deleted
+#: (Django's on_delete only acts for a delete made through this release's models:
+#: 0.1.0's retention purge, or plain SQL, would otherwise fail on a forked run).
+FORKED_FROM = (
+    "ALTER TABLE workflows ADD COLUMN IF NOT EXISTS forked_from_id uuid NULL "
+    "CONSTRAINT workflows_forked_from_id_c60cca13_fk_workflows_id REFERENCES workflows (id) "
+    "ON DELETE SET NULL DEFERRABLE INITIALLY DEFERRED"
+)
 
 
 class Migration(migrations.Migration):
@@ -29,17 +40,23 @@ class Migration(migrations.Migration):
 
     operations = [
         WithLockTimeout(
-            AddField(
-                model_name="workflow",
-                name="forked_from",
-                field=models.ForeignKey(
-                    blank=True,
-                    db_index=False,
-                    null=True,
-                    on_delete=django.db.models.deletion.SET_NULL,
-                    related_name="forks",
-                    to="orchestration.workflow",
-                ),
+            migrations.RunSQL(
+                FORKED_FROM,
+                "ALTER TABLE workflows DROP COLUMN forked_from_id",
+                state_operations=[
+                    migrations.AddField(
+                        model_name="workflow",
+                        name="forked_from",
+                        field=models.ForeignKey(
+                            blank=True,
+                            db_index=False,
+                            null=True,
+                            on_delete=django.db.models.deletion.SET_NULL,
+                            related_name="forks",
+                            to="orchestration.workflow",
+                        ),
+                    )
+                ],
             ),
             AddField(
                 model_name="workflow",

@@ -66,3 +66,15 @@ def test_key_with_a_scope__never_meets_the_previous_releases_key():
     kept = previous_release_start("order-7")
     assert len(kept) == 1 and Workflow.objects.get(pk=kept[0]).idempotency_key == "order-7"
     assert (scoped.idempotency_key, scoped.scoped_key, scoped.key_scope) == (None, "order-7", "active")
+
+
+def test_previous_release_delete__of_a_run_with_forks_leaves_them_unlinked():
+    """0.1.0's retention purge deletes a run with the SQL its models make, which
+    knows nothing of forks: the database sets their link NULL."""
+    origin = start_workflow("echo", {"n": 1})
+    fork = start_workflow("echo", {"n": 2})
+    Workflow.objects.filter(pk=fork.pk).update(forked_from=origin.pk)
+    with connection.cursor() as cursor:
+        cursor.execute("DELETE FROM workflows WHERE id = %s", [origin.pk])
+        cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")  # the check a commit makes
+    assert Workflow.objects.get(pk=fork.pk).forked_from_id is None

@@ -1,8 +1,7 @@
 """Migration operations for a database that serves while it migrates.
 
 A release's ``migrate`` runs while the previous release's web servers and
-workers keep writing (docs/how-to/upgrading.md). Two kinds of statement are
-safe on a busy table:
+workers keep writing (docs/how-to/upgrading.md). What is safe on a busy table:
 
 - ``WithLockTimeout``: statements that need a strong lock only for a moment
   (``ADD COLUMN`` without a volatile default, ``CREATE TRIGGER``, a rename).
@@ -11,9 +10,10 @@ safe on a busy table:
   ``lock_timeout`` and ``statement_timeout``, and on a lock timeout the
   transaction is rolled back (the queue behind it drains) and tried again a
   little later.
-- ``CreateIndexConcurrently``: an index built ``CONCURRENTLY`` (writes go on),
-  ``IF NOT EXISTS``, after dropping an invalid one a failed build left, so
-  that ``migrate`` can simply be run again.
+- ``CreateIndexConcurrently``, ``DropIndexConcurrently``: writes go on while
+  they run, in a non-atomic migration. ``IF [NOT] EXISTS``, an invalid index a
+  failed build left dropped first, and ``AddField`` skipping a column already
+  there: a non-atomic migration that stopped part way runs again from its start.
 """
 
 from __future__ import annotations

@@ -32,6 +32,42 @@ PREVIOUS_RELEASE_KEY_INDEX = (
 )
 
 
+#: The columns of 0.1.0's tables (migration 0005) and their types: what its
+#: statements read and write.
+_TIME = "timestamp with time zone"
+PREVIOUS_RELEASE_COLUMNS = {
+    "workflows": {
+        "id": "uuid", "workflow_type": "character varying(100)", "status": "character varying(20)",
+        "input_data": "jsonb", "current_step": "integer", "max_retries": "integer", "error_message": "text",
+        "created_at": _TIME, "updated_at": _TIME, "attempts": "integer", "output_data": "jsonb", "run_after": _TIME,
+        "queue": "character varying(100)", "priority": "integer", "idempotency_key": "character varying(255)",
+        "lease_token": "uuid", "worker_id": "character varying(255)", "started_at": _TIME, "finished_at": _TIME,
+        "error_traceback": "text", "worker_deaths": "integer", "lost_at_step": "integer", "deadline": _TIME,
+        "parent_id": "uuid", "waiting_for": "character varying(200)",
+    },
+    "workflow_steps": {
+        "id": "bigint", "step_number": "integer", "step_name": "character varying(200)",
+        "status": "character varying(20)", "output_data": "jsonb", "started_at": _TIME, "completed_at": _TIME,
+        "error_message": "text", "attempts": "integer", "workflow_id": "uuid",
+    },
+    "workflow_events": {
+        "id": "bigint", "name": "character varying(200)", "payload": "jsonb", "created_at": _TIME,
+        "consumed_by_step": "integer", "workflow_id": "uuid",
+    },
+}  # fmt: skip
+
+
+def table_columns(table: str) -> dict[str, tuple[str, bool]]:
+    """Each column of ``table``: its type, and whether a row must give it (NOT NULL, no default)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT attname, format_type(atttypid, atttypmod), attnotnull AND NOT atthasdef AND attidentity = '' "
+            "FROM pg_attribute WHERE attrelid = %s::regclass AND attnum > 0 AND NOT attisdropped",
+            [table],
+        )
+        return {name: (kind, required) for name, kind, required in cursor.fetchall()}
+
+
 def previous_release_start(key: str | None) -> list[uuid.UUID]:
     """The ids 0.1.0's start inserts for one run of ``key``: none if the key is taken."""
     with connection.cursor() as cursor:
@@ -78,3 +114,19 @@ def test_previous_release_delete__of_a_run_with_forks_leaves_them_unlinked():
         cursor.execute("DELETE FROM workflows WHERE id = %s", [origin.pk])
         cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")  # the check a commit makes
     assert Workflow.objects.get(pk=fork.pk).forked_from_id is None
+
+
+@pytest.mark.parametrize("table", PREVIOUS_RELEASE_COLUMNS)
+def test_previous_release_columns__are_all_there_with_their_types(table):
+    columns = table_columns(table)
+    known = PREVIOUS_RELEASE_COLUMNS[table]
+    assert {name: columns.get(name, ("missing", False))[0] for name in known} == known
+
+
+@pytest.mark.parametrize("table", PREVIOUS_RELEASE_COLUMNS)
+def test_previous_release_inserts__leave_out_no_column_a_row_must_have(table):
+    """A column added since 0.1.0 is nullable or has a default: 0.1.0's inserts
+    do not name it."""
+    columns = table_columns(table)
+    added = sorted(columns.keys() - PREVIOUS_RELEASE_COLUMNS[table].keys())
+    assert [name for name in added if columns[name][1]] == []

@@ -12,7 +12,7 @@ from django.db import OperationalError, connection, migrations, models
 from django.db.migrations.state import ProjectState
 
 from orchestration import online_migrations
-from orchestration.online_migrations import CreateIndexConcurrently, DropIndexConcurrently, WithLockTimeout
+from orchestration.online_migrations import AddField, CreateIndexConcurrently, DropIndexConcurrently, WithLockTimeout
 from tests.support import other_connection
 
 pytestmark = pytest.mark.django_db(transaction=True)  # the operations make their own transactions
@@ -156,3 +156,17 @@ def test_drop_index_concurrently__leaves_the_session_without_timeouts(probe):
         cursor.execute("SELECT current_setting('lock_timeout'), current_setting('statement_timeout')")
         assert cursor.fetchone() == ("0", "0")
     assert index_valid("probe_index") is None
+
+
+def test_add_field__skips_a_column_already_there(probe):
+    """A non-atomic migration that stopped after adding its column runs again."""
+    state = ProjectState()
+    table = migrations.CreateModel("Probe", [("id", models.IntegerField(primary_key=True))], {"db_table": TABLE})
+    table.state_forwards("orchestration", state)
+    add = AddField("probe", "added", models.IntegerField(null=True))
+    after = state.clone()
+    add.state_forwards("orchestration", after)
+    for _ in range(2):
+        with connection.schema_editor(atomic=False) as editor:
+            add.database_forwards("orchestration", editor, state, after)
+    assert columns().count("added") == 1

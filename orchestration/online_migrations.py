@@ -27,6 +27,8 @@ from typing import Any
 from django.db import OperationalError, migrations, transaction
 from django.db.migrations.operations.base import Operation
 
+from .outages import sqlstate
+
 logger = logging.getLogger(__name__)
 
 #: How long a statement may wait for its lock. Everything that touches the
@@ -158,7 +160,7 @@ def retried(what: str, attempt: Callable[[], None]) -> None:
 
 def lock_not_available(error: BaseException) -> bool:
     """Whether ``error`` is an expired ``lock_timeout``."""
-    return getattr(error.__cause__, "sqlstate", None) == LOCK_NOT_AVAILABLE
+    return sqlstate(error) == LOCK_NOT_AVAILABLE
 
 
 class CreateIndexConcurrently(Operation):

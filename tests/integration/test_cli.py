@@ -134,6 +134,13 @@ def test_show__a_forks_origin_patches_and_error_history():
     assert "errors:     2026-01-01T00:00:00Z attempt 1 step 2 (pending): boom" in text
 
 
+def test_show__a_key_with_its_scope():
+    started = start_workflow("echo", {}, idempotency_key="report-7", unique_while_active=True)
+    shown = run_json("show", str(started.pk))
+    assert (shown["idempotency_key"], shown["scoped_key"], shown["key_scope"]) == (None, "report-7", "active")
+    assert "key:        report-7 (active)" in run("show", str(started.pk))
+
+
 def test_show__a_bad_or_unknown_id_says_so_with_its_exit_status():
     assert (str(refused("show", "not-an-id")), refused("show", "not-an-id").returncode) == (
         "'not-an-id' is not a workflow id (a UUID).",

@@ -27,13 +27,14 @@ PYTHON313 ?= $(shell for p in python3.13 $${PYENV_ROOT:-$$HOME/.pyenv}/versions/
 DOCS_STAMP := $(VENV)/.installed-docs
 LINT_STAMP := $(VENV)/.installed-lint
 
-.PHONY: help demo test test-chaos test-django52 lint lint-migrations serve format clean release-check docs
+.PHONY: help demo test test-chaos test-upgrade test-django52 lint lint-migrations serve format clean release-check docs
 .DEFAULT_GOAL := help
 
 help:
 	@echo "make demo   run the demo workflows and print a report"
 	@echo "make test   run the test suite"
 	@echo "make test-chaos   the chaos run: killed workers and a restarted PostgreSQL (CI runs it)"
+	@echo "make test-upgrade   a rolling upgrade from the previous release under load (CI runs it)"
 	@echo "make test-django52   the suite on Django 5.2 with Python 3.11 (Tasks backend tests skip)"
 	@echo "make lint   ruff and mypy;  make serve: the admin on http://127.0.0.1:8000/admin/"
 	@echo "make lint-migrations   squawk on the SQL of the migrations since the last release (.ci/migration-lint.toml)"
@@ -52,12 +53,17 @@ demo: $(STAMP)
 	$(BIN)/python manage.py run_demo
 
 # The chaos run (killed workers and a restarted PostgreSQL of its own, about
-# 25 s) is apart, so that one `make test` stays short: `make test-chaos`, and CI.
+# 25 s) and the rolling upgrade (the previous release installed from git history
+# into .previous-release/, then two upgrades under load: a few minutes) are apart,
+# so that one `make test` stays short: `make test-chaos`, `make test-upgrade`, and CI.
 test: $(STAMP)
-	$(BIN)/python -m pytest -m "not chaos"
+	$(BIN)/python -m pytest -m "not chaos and not upgrade"
 
 test-chaos: $(STAMP)
 	$(BIN)/python -m pytest -m chaos
+
+test-upgrade: $(STAMP)
+	$(BIN)/python -m pytest -m upgrade
 
 $(STAMP52): requirements.txt pyproject.toml
 	@test -n "$(PYTHON311)" || { echo "No Python 3.11 found; set PYTHON311=/path/to/python3.11"; exit 1; }
@@ -68,7 +74,7 @@ $(STAMP52): requirements.txt pyproject.toml
 
 test-django52: $(STAMP52)
 	$(VENV52)/bin/python -c 'import django; assert django.VERSION[:2] == (5, 2), django.get_version()'
-	$(VENV52)/bin/python -m pytest -m "not chaos"
+	$(VENV52)/bin/python -m pytest -m "not chaos and not upgrade"
 
 # The site's tools (requirements-docs.txt) go into the project's .venv: the
 # reference is read from the app's code, which needs Django beside them.
@@ -123,4 +129,4 @@ serve: $(STAMP)
 	DEBUG=$${DEBUG-on} $(BIN)/python manage.py runserver 127.0.0.1:8000
 
 clean:
-	rm -rf $(VENV) $(VENV52) $(RELEASE_VENV) .pgdata .pytest_cache .mypy_cache .ruff_cache *.egg-info
+	rm -rf $(VENV) $(VENV52) $(RELEASE_VENV) .previous-release .pgdata .pytest_cache .mypy_cache .ruff_cache *.egg-info

@@ -121,8 +121,8 @@ def new_work_listener() -> Iterator[psycopg.Connection[Any]]:
         yield listener
 
 
-def runworkers_command(*args: str) -> list[str]:
-    return [sys.executable, str(ROOT / "manage.py"), "runworkers", *args]
+def runworkers_command(*args: str, python: str | Path = sys.executable, root: Path = ROOT) -> list[str]:
+    return [str(python), str(root / "manage.py"), "runworkers", *args]
 
 
 class WorkerProcess(subprocess.Popen):  # type: ignore[type-arg]
@@ -136,12 +136,15 @@ class WorkerProcess(subprocess.Popen):  # type: ignore[type-arg]
         return self.log_path.read_text(errors="replace"), None
 
 
-def start_workers(*args: str, env: dict[str, str] | None = None, **popen: Any) -> WorkerProcess:
-    """A real ``runworkers`` process on the test database."""
+def start_workers(
+    *args: str, env: dict[str, str] | None = None, python: str | Path = sys.executable, root: Path = ROOT, **popen: Any
+) -> WorkerProcess:
+    """A real ``runworkers`` process on the test database (``python`` and ``root``:
+    another release's, installed elsewhere)."""
     log = tempfile.NamedTemporaryFile(prefix="runworkers-", suffix=".log", delete=False)  # noqa: SIM115
     process = WorkerProcess(
-        runworkers_command(*args),
-        cwd=ROOT,
+        runworkers_command(*args, python=python, root=root),
+        cwd=root,
         env=env or worker_env(),
         stdout=log,
         stderr=subprocess.STDOUT,

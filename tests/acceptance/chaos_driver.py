@@ -103,6 +103,30 @@ def count_by_status() -> dict[str, int]:
         return {}
 
 
+# What a run of killed or replaced workers must leave: each count by its name.
+CHECKS = {
+    "workflows": "SELECT count(*) FROM workflows",
+    "completed": "SELECT count(*) FROM workflows WHERE status = 'completed'",
+    "left running": "SELECT count(*) FROM workflows WHERE status = 'running'",
+    "retried (attempts > 1)": "SELECT count(*) FROM workflows WHERE attempts > 1",
+    "step rows": "SELECT count(*) FROM workflow_steps",
+    "completed step rows": "SELECT count(*) FROM workflow_steps WHERE status = 'completed'",
+    "steps with more than one row": (
+        "SELECT count(*) FROM (SELECT 1 FROM workflow_steps GROUP BY workflow_id, step_number "
+        "HAVING count(*) > 1) duplicated"
+    ),
+    "step bodies run": "SELECT count(*) FROM testapp_steprun",
+    "step bodies re-run (before their checkpoint)": (
+        "SELECT count(*) - count(DISTINCT (workflow_id, step_number)) FROM testapp_steprun"
+    ),
+    "bodies run after their checkpoint": (
+        "SELECT count(*) FROM testapp_steprun r JOIN workflow_steps s "
+        "ON s.workflow_id = r.workflow_id AND s.step_number = r.step_number "
+        "WHERE s.status = 'completed' AND r.created_at > s.completed_at"
+    ),
+}
+
+
 def verify(expected: int) -> dict[str, int]:
     from django.db import connection
 
@@ -111,28 +135,7 @@ def verify(expected: int) -> dict[str, int]:
             cursor.execute(sql)
             return int(cursor.fetchone()[0])
 
-    return {
-        "workflows": scalar("SELECT count(*) FROM workflows"),
-        "completed": scalar("SELECT count(*) FROM workflows WHERE status = 'completed'"),
-        "left running": scalar("SELECT count(*) FROM workflows WHERE status = 'running'"),
-        "retried (attempts > 1)": scalar("SELECT count(*) FROM workflows WHERE attempts > 1"),
-        "step rows": scalar("SELECT count(*) FROM workflow_steps"),
-        "completed step rows": scalar("SELECT count(*) FROM workflow_steps WHERE status = 'completed'"),
-        "steps with more than one row": scalar(
-            "SELECT count(*) FROM (SELECT 1 FROM workflow_steps GROUP BY workflow_id, step_number "
-            "HAVING count(*) > 1) duplicated"
-        ),
-        "step bodies run": scalar("SELECT count(*) FROM testapp_steprun"),
-        "step bodies re-run (before their checkpoint)": scalar(
-            "SELECT count(*) - count(DISTINCT (workflow_id, step_number)) FROM testapp_steprun"
-        ),
-        "bodies run after their checkpoint": scalar(
-            "SELECT count(*) FROM testapp_steprun r JOIN workflow_steps s "
-            "ON s.workflow_id = r.workflow_id AND s.step_number = r.step_number "
-            "WHERE s.status = 'completed' AND r.created_at > s.completed_at"
-        ),
-        "expected workflows": expected,
-    }
+    return {**{name: scalar(sql) for name, sql in CHECKS.items()}, "expected workflows": expected}
 
 
 def prepare(url: str, workflows: int, step_seconds: float) -> None:

@@ -40,13 +40,15 @@ class ScratchDatabase:
         self.alias = f"benchmark_{self.label}"
 
     @contextlib.contextmanager
-    def created(self, keep: bool = False, every_app: bool = False) -> Iterator[None]:
+    def created(self, keep: bool = False, every_app: bool = False, migrate_to: str | None = None) -> Iterator[None]:
+        """The database, migrated (``migrate_to``: the app's schema as that migration of it left it)."""
         with connections[self.source_alias].cursor() as cursor:
             cursor.execute(f'CREATE DATABASE "{self.name}"')
         connections.settings[self.alias] = {**connections.settings[self.source_alias], "NAME": self.name}
         try:
             apps = [] if every_app else ["orchestration"]  # every app: users, sessions, the admin's log
-            call_command("migrate", *apps, database=self.alias, verbosity=0)
+            target = [migrate_to] if migrate_to else []
+            call_command("migrate", *apps, *target, database=self.alias, verbosity=0)
             yield
         finally:
             connections[self.alias].close()

@@ -19,6 +19,7 @@ import signal
 import subprocess
 import sys
 import time
+import tomllib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
@@ -28,6 +29,7 @@ import psycopg
 import pytest
 from django.db import connection
 
+from orchestration.benchmark.upgrade import PREVIOUS_RELEASE
 from tests.acceptance.chaos_driver import CHECKS
 from tests.acceptance.previous_release import Release, installed
 from tests.support import ROOT, WorkerProcess, database_conninfo, start_workers, worker_env
@@ -219,3 +221,10 @@ def test_rolling_upgrade__from_the_previous_release_under_50_starts_a_second__no
     assert held_by_old > 0
     assert old_exits == ([0, 0] if stop_signal == signal.SIGTERM else [-signal.SIGKILL] * 2)
     assert new_exits == [0, 0]
+
+
+def test_the_previous_release_is_recorded_alike_by_the_upgrade_benchmark_and_the_migration_lint(previous: Release):
+    migrations = sorted(path.name for path in (previous.root / "orchestration" / "migrations").glob("0*.py"))
+    assert (previous.version, migrations[-1]) == (PREVIOUS_RELEASE[0], f"{PREVIOUS_RELEASE[1]}.py")
+    lint = tomllib.loads((ROOT / ".ci" / "migration-lint.toml").read_text())
+    assert int(lint["first"]) == int(migrations[-1][:4]) + 1

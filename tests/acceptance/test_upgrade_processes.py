@@ -180,6 +180,17 @@ def test_rolling_upgrade__from_the_previous_release_under_50_starts_a_second__no
     assert old_producer.wait(timeout=30) == 0, (upgrade.logs / "previous-producer.err").read_text()
     time.sleep(1)
     old_pids = [str(process.pid) for process in old_workers]
+    # The previous release's workers on the new schema: bodies they ran after migrate,
+    # of runs this release started among them.
+    old_ran_after_migrate = upgrade.scalar(
+        "SELECT count(*) FROM testapp_steprun WHERE pid = ANY(%s) AND created_at > to_timestamp(%s)",
+        [[int(pid) for pid in old_pids], migrate_ended],
+    )
+    new_ids = [start["id"] for start in starts(upgrade.logs / "producer.jsonl") if "id" in start]
+    old_ran_new_starts = upgrade.scalar(
+        "SELECT count(DISTINCT workflow_id) FROM testapp_steprun WHERE pid = ANY(%s) AND workflow_id::text = ANY(%s)",
+        [[int(pid) for pid in old_pids], new_ids],
+    )
     held_by_old = until(
         lambda: upgrade.count("status = 'running' AND split_part(worker_id, ':', 2) = ANY(%s)", [old_pids]), bool
     )
@@ -210,7 +221,8 @@ def test_rolling_upgrade__from_the_previous_release_under_50_starts_a_second__no
             f"\nupgrade ({stop_signal.name}): {previous.version} -> main; under way at migrate {under_way}; "
             f"migrate {migrate_ended - migrate_began:.1f}s, {len(during_migrate)} starts during it, slowest "
             f"{slowest:.3f}s; {len(old_starts)} + {len(new_starts)} starts, {len(refused)} refused; "
-            f"{held_by_old} runs held by the previous workers at the signal; exits {old_exits} {new_exits}; "
+            f"previous workers: {old_ran_after_migrate} bodies run after migrate, of {old_ran_new_starts} runs "
+            f"this release started, {held_by_old} runs held at the signal; exits {old_exits} {new_exits}; "
             f"not completed {statuses}; {results}"
         )
     assert not refused, refused[:3]
@@ -218,7 +230,7 @@ def test_rolling_upgrade__from_the_previous_release_under_50_starts_a_second__no
     assert during_migrate and slowest <= 1.0
     assert results["completed"] == results["workflows"] == len(set(accepted)), statuses
     assert results["steps with more than one row"] == results["bodies run after their checkpoint"] == 0
-    assert held_by_old > 0
+    assert old_ran_after_migrate > 0 and held_by_old > 0
     assert old_exits == ([0, 0] if stop_signal == signal.SIGTERM else [-signal.SIGKILL] * 2)
     assert new_exits == [0, 0]
 

@@ -103,6 +103,7 @@ class Step:
     seconds: float
     longest: dict[str, float]
     made: dict[str, int]
+    failed: int
     errors: list[str]
 
     def as_json(self) -> str:
@@ -112,6 +113,7 @@ class Step:
                 "seconds": round(self.seconds, 3),
                 **{f"longest_{kind}": round(value, 3) for kind, value in self.longest.items()},
                 **{f"{kind}s": count for kind, count in self.made.items()},
+                "failed": self.failed,
                 "errors": self.errors,
             }
         )
@@ -228,6 +230,7 @@ class UpgradeBenchmark:
             seconds=ended - began,
             longest={kind: load.timed[kind].longest(began, ended) for kind in KINDS},
             made={kind: load.timed[kind].count(began, ended) for kind in KINDS},
+            failed=sum(len(load.timed[kind].failed(began, ended)) for kind in KINDS),
             errors=sorted({error for kind in KINDS for error in load.timed[kind].failed(began, ended)}),
         )
 
@@ -250,12 +253,12 @@ def render(steps: list[Step], options: Options, server: dict[str, str], json_onl
         f"PostgreSQL {server.get('server_version')}, {server.get('cpus')} CPUs",
         "",
         f"{'migration':<{width}}  {'seconds':>8}  {'longest start':>13}  {'longest claim':>13}  "
-        f"{'longest checkpoint':>18}  errors",
+        f"{'longest checkpoint':>18}  failed",
     ]
     for step in steps:
         table.append(
             f"{step.migration:<{width}}  {step.seconds:>8.2f}  {step.longest['start']:>12.3f}s  "
-            f"{step.longest['claim']:>12.3f}s  {step.longest['checkpoint']:>17.3f}s  {len(step.errors)}"
+            f"{step.longest['claim']:>12.3f}s  {step.longest['checkpoint']:>17.3f}s  {step.failed}"
         )
         table += [f"    {error}" for error in step.errors[:3]]
     total = sum(step.seconds for step in steps if not step.migration.startswith("("))

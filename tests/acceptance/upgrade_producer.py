@@ -22,15 +22,12 @@ import time
 from collections import deque
 from typing import Any
 
-MIX: list[tuple[str, dict[str, Any]]] = [
-    ("three_steps", {"sleep": 0.02}),
-    ("three_steps", {"sleep": 0.02}),
-    ("three_steps", {"sleep": 0.02}),
-    ("three_steps", {"sleep": 0.02}),
-    ("three_steps", {"sleep": 0.02}),
-    ("sleeper", {"seconds": 3}),
-    ("flaky", {"succeed_on": 3}),
-    ("awaits_approval", {}),
+MIX: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
+    *[("three_steps", {"sleep": 0.02}, {})] * 5,
+    ("sleeper", {"seconds": 3}, {}),
+    ("flaky", {"succeed_on": 3}, {}),
+    # Its decorator allows no retry, and a killed worker's run is reclaimed at the cost of an attempt.
+    ("awaits_approval", {}, {"max_retries": 3}),
 ]
 EVENT_AFTER = 1.0
 
@@ -67,11 +64,11 @@ def main() -> int:
     number = 0
     while not stopping:
         time.sleep(max(0.0, began + number / rate - time.monotonic()))
-        workflow_type, data = MIX[number % len(MIX)]
+        workflow_type, data, options = MIX[number % len(MIX)]
         line: dict[str, Any] = {"at": time.time(), "type": workflow_type}
         started = time.monotonic()
         try:
-            run = start_workflow(workflow_type, {**data, "n": number})
+            run = start_workflow(workflow_type, {**data, "n": number}, **options)
         except Exception as error:  # a refused start is what the test counts
             line["error"] = f"{type(error).__name__}: {error}"
             connections.close_all()

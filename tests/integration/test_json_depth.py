@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import sys
 
 import pytest
 from django.core.management import call_command
@@ -19,6 +20,12 @@ from tests.support import drain
 from tests.testapp.workflows import nested
 
 pytestmark = pytest.mark.django_db
+
+# Python 3.11's JSON decoder and encoder count each level against the recursion
+# limit: a row this deep cannot even be written through Django's JSONField there.
+deeper_than_python_311_reads = pytest.mark.skipif(
+    sys.version_info < (3, 12), reason="Python 3.11's json module cannot encode JSON nested 990 deep"
+)
 
 
 def test_start_workflow__accepts_input_nested_to_the_limit():
@@ -49,12 +56,14 @@ def test_send_event__refuses_a_payload_nested_past_the_limit():
         send_event(workflow, "approved", nested(MAX_JSON_DEPTH + 1))
 
 
+@deeper_than_python_311_reads
 def test_admin_run_page__shows_a_row_nested_too_deeply_to_indent(admin_client):
     workflow = WorkflowFactory(input_data=nested(990))  # written past the door, as SQL can
     response = admin_client.get(reverse("admin:orchestration_workflow_change", args=[workflow.pk]))
     assert response.status_code == 200
 
 
+@deeper_than_python_311_reads
 def test_workflows_show_json__prints_a_row_nested_too_deeply_to_indent():
     workflow = WorkflowFactory(input_data=nested(1200))
     out = io.StringIO()

@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from django.db import OperationalError, migrations, transaction
+from django.db import OperationalError, migrations, router, transaction
 from django.db.migrations.operations.base import Operation
 
 from .outages import sqlstate
@@ -85,7 +85,7 @@ class WithLockTimeout(Operation):
                 operation.database_forwards(app_label, schema_editor, state, after)
                 state = after
 
-        self._in_short_transaction(schema_editor, forwards)
+        self._in_short_transaction(app_label, schema_editor, forwards)
 
     def database_backwards(self, app_label: str, schema_editor: Any, from_state: Any, to_state: Any) -> None:
         def backwards() -> None:
@@ -98,9 +98,13 @@ class WithLockTimeout(Operation):
                 operation.database_backwards(app_label, schema_editor, after, before)
                 after = before
 
-        self._in_short_transaction(schema_editor, backwards)
+        self._in_short_transaction(app_label, schema_editor, backwards)
 
-    def _in_short_transaction(self, schema_editor: Any, operations: Callable[[], None]) -> None:
+    def _in_short_transaction(self, app_label: str, schema_editor: Any, operations: Callable[[], None]) -> None:
+        if not applies(schema_editor, app_label):  # the operations skip themselves; no SET for another database
+            operations()
+            return
+
         def run() -> None:
             # What the operations defer to the migration's end (a new table's
             # indexes and constraints) is theirs: it runs in their transaction.
@@ -158,6 +162,13 @@ def retried(what: str, attempt: Callable[[], None]) -> None:
             time.sleep(pause)
 
 
+def applies(schema_editor: Any, app_label: str) -> bool:
+    """Whether this database takes the app's tables: the router's word (a
+    project may keep them on another database), and PostgreSQL's SQL only."""
+    connection = schema_editor.connection
+    return connection.vendor == "postgresql" and router.allow_migrate(connection.alias, app_label)
+
+
 def lock_not_available(error: BaseException) -> bool:
     """Whether ``error`` is an expired ``lock_timeout``."""
     return sqlstate(error) == LOCK_NOT_AVAILABLE
@@ -192,12 +203,15 @@ class CreateIndexConcurrently(Operation):
             operation.state_forwards(app_label, state)
 
     def database_forwards(self, app_label: str, schema_editor: Any, from_state: Any, to_state: Any) -> None:
+        if not applies(schema_editor, app_label):
+            return
         if not schema_editor.collect_sql:
             drop_if_invalid(schema_editor, self.name)
         schema_editor.execute(self.sql)
 
     def database_backwards(self, app_label: str, schema_editor: Any, from_state: Any, to_state: Any) -> None:
-        schema_editor.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {schema_editor.quote_name(self.name)}")
+        if applies(schema_editor, app_label):
+            schema_editor.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {schema_editor.quote_name(self.name)}")
 
 
 class AddField(migrations.AddField):
@@ -208,7 +222,7 @@ class AddField(migrations.AddField):
     def database_forwards(self, app_label: str, schema_editor: Any, from_state: Any, to_state: Any) -> None:
         model = to_state.apps.get_model(app_label, self.model_name)
         column = model._meta.get_field(self.name).column
-        if not schema_editor.collect_sql:
+        if not schema_editor.collect_sql and self.allow_migrate_model(schema_editor.connection.alias, model):
             with schema_editor.connection.cursor() as cursor:
                 columns = schema_editor.connection.introspection.get_table_description(cursor, model._meta.db_table)
             if any(info.name == column for info in columns):
@@ -254,6 +268,8 @@ class DropIndexConcurrently(Operation):
         pass
 
     def database_forwards(self, app_label: str, schema_editor: Any, from_state: Any, to_state: Any) -> None:
+        if not applies(schema_editor, app_label):
+            return
         drop = f"DROP INDEX CONCURRENTLY IF EXISTS {schema_editor.quote_name(self.name)}"
 
         def attempt() -> None:
@@ -272,4 +288,5 @@ class DropIndexConcurrently(Operation):
             retried(self.describe(), attempt)
 
     def database_backwards(self, app_label: str, schema_editor: Any, from_state: Any, to_state: Any) -> None:
-        schema_editor.execute(self.create)
+        if applies(schema_editor, app_label):
+            schema_editor.execute(self.create)

@@ -94,7 +94,7 @@ EMBEDDED_DATABASE = not env("DATABASE_URL", default=None)
 # Lets test runs point worker subprocesses at the test database.
 if os.environ.get("DATABASE_NAME"):
     DATABASES["default"]["NAME"] = os.environ["DATABASE_NAME"]
-# Server-side prepared statements for the workers' hot statements (docs/performance.md).
+# Server-side prepared statements: the workers' hot statements are then neither parsed nor planned again.
 # Behind PgBouncer in transaction mode (before 1.21) set DATABASE_PREPARE_THRESHOLD= (empty) to turn them off.
 _prepare_threshold = env("DATABASE_PREPARE_THRESHOLD", default="5")
 DATABASES["default"].setdefault("OPTIONS", {})["prepare_threshold"] = int(_prepare_threshold or 0) or None

@@ -22,7 +22,7 @@ claimed ahead still waits no longer than that for a thread. A run claimed
 ahead that waited too long goes back to pending for any worker
 (``release_waiting``). Under a queue's concurrency limit it claims ahead too,
 and a run waiting holds a slot like a running one (claiming nothing ahead
-there cost more than it saved: docs/performance.md), but only up to the
+there kept the threads waiting on every claim), but only up to the
 process's share of the limit (``flow.concurrency_share``): one process
 claiming ahead must not hold the slots the threads of the others would run. A
 thread asking is always claimed for, share or not. A process that also serves

@@ -123,7 +123,7 @@ class Worker:
     def _run(self) -> int:
         in_main_thread = threading.current_thread() is threading.main_thread()
         # Django, the apps and their modules are loaded: the cyclic garbage
-        # collector need not walk them again on every pass (docs/performance.md).
+        # collector need not walk them again on every pass.
         gc.freeze()
         self._check_pool()
         self._sync_queue_settings()

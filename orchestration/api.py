@@ -16,11 +16,12 @@ from typing import Any
 
 from django.db import transaction
 
-from . import clock, enqueue, tracing
+from . import clock, enqueue
 from .conf import conf
 from .errors import InvalidTransition, InvalidWorkflowInput
 from .inputs import as_json
 from .models import FINISHED_STATUSES, Workflow, WorkflowEvent
+from .observability import tracing
 from .recovery import requeue_stuck
 from .registry import check_startable, get_workflow
 from .transitions import (

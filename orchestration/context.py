@@ -12,7 +12,7 @@ from typing import Any
 
 from django.db import transaction
 
-from . import clock, logs, observe, waits
+from . import clock, waits
 from .api import start_workflow
 from .conf import conf
 from .errors import (
@@ -29,6 +29,7 @@ from .errors import (
 )
 from .lease import Lease, RecordedStep
 from .models import StepStatus, Workflow, WorkflowStatus
+from .observability import logs, observe
 from .outages import is_outage
 from .patches import Patches
 from .terminal import printable

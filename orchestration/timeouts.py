@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 from django.db import OperationalError, connections
 from psycopg import pq
 
-from . import observe
+from .observability import observe
 
 if TYPE_CHECKING:
     from django.db.backends.base.base import BaseDatabaseWrapper

@@ -9,9 +9,10 @@ import pytest
 from django.contrib.auth.models import Permission, User
 from django.utils import timezone
 
-from orchestration import stats, waits
-from orchestration.listing import ERROR_INDEX
+from orchestration import waits
 from orchestration.models import Workflow
+from orchestration.reports import stats
+from orchestration.reports.listing import ERROR_INDEX
 from tests.factories import WorkflowFactory, WorkflowStepFactory
 
 

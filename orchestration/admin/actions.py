@@ -20,8 +20,8 @@ from django.utils.html import format_html, format_html_join
 from .. import api
 from ..conf import conf
 from ..errors import InvalidTransition
-from ..listing import short_id
 from ..models import Workflow
+from ..reports.listing import short_id
 from .display import change_url
 
 

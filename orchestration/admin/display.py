@@ -19,9 +19,9 @@ from django.utils.html import format_html
 from django.utils.http import urlencode
 from django.utils.safestring import SafeString
 
-from ..charts import format_duration
 from ..conf import conf
 from ..models import Workflow, WorkflowWorker
+from ..reports.charts import format_duration
 from ..validation import dumps_for_display
 from ..waits import WAIT_FOREVER, PendingReason, Wait, pending_reason
 

@@ -14,11 +14,11 @@ from django.contrib.admin.options import IncorrectLookupParameters
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
-from .. import stats
 from ..conf import conf
-from ..listing import held_by_q
 from ..models import Workflow, WorkflowStatus, WorkflowWorker
 from ..registry import known_queues
+from ..reports import stats
+from ..reports.listing import held_by_q
 from ..waits import PendingReason, WaitKind, pending_q
 
 #: Beyond this many workflows in a status, the status filter says "10,000+".

@@ -12,8 +12,9 @@ from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
-from .. import charts, transitions
+from .. import transitions
 from ..models import StepStatus, Workflow, WorkflowStatus, WorkflowStep
+from ..reports import charts
 from .display import MAX_STEPS_SHOWN, pretty_json, status_badge, timestamp_column
 
 

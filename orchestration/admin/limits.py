@@ -13,7 +13,7 @@ from django.db import OperationalError
 from django.http import HttpRequest, HttpResponse
 from django.template.response import SimpleTemplateResponse, TemplateResponse
 
-from .. import stats
+from ..reports import stats
 
 logger = logging.getLogger(__name__)
 

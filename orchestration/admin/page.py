@@ -23,9 +23,10 @@ from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
-from .. import api, charts
+from .. import api
 from ..errors import InvalidTransition
 from ..models import StepStatus, Workflow, WorkflowStatus, WorkflowStep
+from ..reports import charts
 from ..waits import PendingReason, pending_reason
 from .display import ago, change_url, status_badge, timestamp, waiting_until, waiting_what, worker_link
 from .views import WorkflowConsole

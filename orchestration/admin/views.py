@@ -32,11 +32,12 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.http import urlencode
 
-from .. import api, charts, flow, stats, transitions, worker_rows
+from .. import api, flow, transitions, worker_rows
 from ..conf import conf
 from ..errors import InvalidTransition, InvalidWorkflowInput
-from ..listing import short_id
 from ..models import FINISHED_STATUSES, StepStatus, Workflow, WorkflowStep, WorkflowWorker
+from ..reports import charts, stats
+from ..reports.listing import short_id
 from ..waits import WaitKind, awaited_event
 from .display import ago, change_url, changelist_url, queue_url, worker_url
 from .forms import SendEventForm, SkipStepForm

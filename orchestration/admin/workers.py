@@ -20,8 +20,9 @@ from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
-from .. import charts, worker_rows
+from .. import worker_rows
 from ..models import Workflow, WorkflowStatus, WorkflowWorker
+from ..reports import charts
 from .display import change_url, changelist_url, status_badge, timestamp_column
 from .readonly import ReadOnlyConsole
 

@@ -24,11 +24,11 @@ from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
-from .. import charts
 from ..conf import conf
-from ..listing import search_q, short_id
 from ..models import FINISHED_STATUSES, StepStatus, Workflow, WorkflowStatus, WorkflowStep
-from ..pagination import EstimatedCountPaginator
+from ..reports import charts
+from ..reports.listing import search_q, short_id
+from ..reports.pagination import EstimatedCountPaginator
 from .actions import cancel_workflows, requeue_stuck_workflows, restart_workflows, retry_workflows
 from .display import (
     MAX_STEPS_SHOWN,

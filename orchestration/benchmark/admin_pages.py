@@ -27,7 +27,8 @@ from django.test import Client, RequestFactory
 from django.test.utils import override_settings
 from django.urls import reverse
 
-from .. import metrics, stats
+from ..observability import metrics
+from ..reports import stats
 from .internals import queue_database
 from .scratch import ScratchDatabase
 

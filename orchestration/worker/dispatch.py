@@ -43,11 +43,11 @@ import time
 
 from django.db import DatabaseError
 
-from .. import logs
 from ..claims import FinishedRun, finish_and_claim, only_handed_over
 from ..errors import LeaseLost
 from ..flow import RulesCache
 from ..lease import Lease
+from ..observability import logs
 from ..outages import is_outage
 from .execution import Outcome, log_completed, record_failure
 from .held import HeldRuns

@@ -14,7 +14,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any, cast
 
-from .. import async_context, clock, logs, observe
+from .. import async_context, clock
 from ..async_context import AsyncWorkflowContext
 from ..claims import FinishedRun
 from ..context import WorkflowContext
@@ -28,6 +28,7 @@ from ..errors import (
     Suspend,
 )
 from ..lease import Lease
+from ..observability import logs, observe
 from ..registry import WorkflowDefinition, find_workflow, registered_workflows
 from ..terminal import printable
 from ..validation import ERROR_MESSAGE_MAX_LENGTH, storable_text, to_json_text

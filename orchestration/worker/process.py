@@ -21,9 +21,10 @@ from typing import Any
 
 from django.db import DatabaseError, connections
 
-from .. import flow, logs, timeouts, worker_rows
+from .. import flow, timeouts, worker_rows
 from ..conf import conf
 from ..lease import Lease, OutagePolicy
+from ..observability import logs
 from ..outages import is_outage
 from ..registry import async_workflow_types
 from .dispatch import CLAIM_AHEAD_TIMEOUT, Dispatcher

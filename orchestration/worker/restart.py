@@ -20,7 +20,7 @@ import os
 import sys
 from collections.abc import Callable
 
-from .. import observe
+from ..observability import observe
 
 logger = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from orchestration.models import Workflow, WorkflowStep, WorkflowWorker
-from orchestration.pagination import EstimatedCountPaginator
+from orchestration.reports.pagination import EstimatedCountPaginator
 from tests.admin_support import failed_three_steps, staff_user, stuck_running
 from tests.factories import WorkflowFactory, WorkflowStepFactory
 

@@ -17,10 +17,10 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
-from orchestration import stats
 from orchestration.admin import limits
-from orchestration.listing import ERROR_INDEX
 from orchestration.models import Workflow
+from orchestration.reports import stats
+from orchestration.reports.listing import ERROR_INDEX
 from tests.admin_support import require_error_index
 from tests.factories import WorkflowFactory, WorkflowStepFactory
 

@@ -13,10 +13,11 @@ from django.db import connection
 from django.urls import reverse
 from django.utils import timezone
 
-from orchestration import start_workflow, stats
+from orchestration import start_workflow
 from orchestration.admin.views import needs_vacuum
-from orchestration.listing import ERROR_INDEX
 from orchestration.models import Workflow, WorkflowWorker
+from orchestration.reports import stats
+from orchestration.reports.listing import ERROR_INDEX
 from tests.admin_support import failed_three_steps, require_error_index, staff_user, waiting_for_event
 from tests.factories import WorkflowFactory
 from tests.support import drain

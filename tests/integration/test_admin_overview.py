@@ -10,9 +10,9 @@ from django.db import connections
 from django.urls import reverse
 from django.utils import timezone
 
-from orchestration import stats
 from orchestration.admin import views as admin_views
 from orchestration.models import Workflow
+from orchestration.reports import stats
 from tests.admin_support import staff_user, stuck_running
 from tests.factories import WorkflowFactory, WorkflowStepFactory
 

@@ -11,8 +11,9 @@ from django.contrib.admin.models import CHANGE, LogEntry
 from django.urls import reverse
 from django.utils import timezone
 
-from orchestration import claims, start_workflow, stats, waits
+from orchestration import claims, start_workflow, waits
 from orchestration.models import Workflow, WorkflowEvent
+from orchestration.reports import stats
 from orchestration.worker import execute
 from tests.admin_support import failed_three_steps, staff_user, waiting_for_event
 from tests.factories import WorkflowFactory

@@ -267,7 +267,7 @@ def test_exit_status__reaches_the_shell():
 def test_list__a_read_past_its_timeout_is_cancelled_and_says_how_to_narrow_it(monkeypatch):
     from django.db import connection
 
-    from orchestration import listing
+    from orchestration.reports import listing
 
     def slow_rows(filters, limit):
         with connection.cursor() as cursor:

@@ -11,7 +11,7 @@ from django.test.utils import override_settings
 
 from orchestration import cancel_workflow, claims, start_workflow, start_workflows
 from orchestration.models import Workflow, WorkflowStatus, WorkflowStep
-from orchestration.stats import success_rate
+from orchestration.reports.stats import success_rate
 from orchestration.worker import execute
 
 pytestmark = pytest.mark.django_db(databases=["default", "queue"], transaction=True)

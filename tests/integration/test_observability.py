@@ -1,5 +1,5 @@
 """Prometheus metrics (``orchestration.metrics.metrics_view``) and OpenTelemetry
-traces (``orchestration.tracing``), with the optional libraries installed, and
+traces (``orchestration.observability.tracing``), with the optional libraries installed, and
 what each does without them."""
 
 from __future__ import annotations
@@ -19,8 +19,9 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.util._once import Once
 from prometheus_client.parser import text_string_to_metric_families
 
-from orchestration import start_workflow, tracing
+from orchestration import start_workflow
 from orchestration.models import Workflow, WorkflowWorker
+from orchestration.observability import tracing
 from tests.factories import WorkflowFactory
 from tests.support import METRICS_AUTH, drain
 

@@ -6,7 +6,7 @@ import pytest
 from django.core.management import call_command
 from django.db import connection
 
-from orchestration import stats
+from orchestration.reports import stats
 from tests.factories import WorkflowFactory, WorkflowStepFactory
 
 pytestmark = pytest.mark.django_db

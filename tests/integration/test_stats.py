@@ -1,4 +1,4 @@
-"""The overview's figures in ``orchestration.stats``, and ``manage.py workflow_stats``."""
+"""The overview's figures in ``orchestration.reports.stats``, and ``manage.py workflow_stats``."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from django.core.management import CommandError, call_command
 from django.db import OperationalError, connection
 from django.utils import timezone
 
-from orchestration import stats
 from orchestration.models import Workflow
+from orchestration.reports import stats
 from tests.factories import WorkflowFactory, WorkflowStepFactory
 
 pytestmark = pytest.mark.django_db

@@ -15,8 +15,8 @@ from orchestration import (
     retry_workflow,
     start_workflow,
 )
-from orchestration.listing import search_q
 from orchestration.models import Workflow
+from orchestration.reports.listing import search_q
 from tests.support import drain
 from tests.testapp.workflows import echo
 

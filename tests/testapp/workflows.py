@@ -10,7 +10,8 @@ from typing import Any
 from django.db import connection
 from pydantic import BaseModel
 
-from orchestration import EventTimeout, PermanentError, observe, workflow
+from orchestration import EventTimeout, PermanentError, workflow
+from orchestration.observability import observe
 
 from .models import LedgerEntry, StepRun
 

@@ -4,8 +4,8 @@ import datetime
 
 import pytest
 
-from orchestration import charts
-from orchestration.charts import StepTiming
+from orchestration.reports import charts
+from orchestration.reports.charts import StepTiming
 
 T0 = datetime.datetime(2026, 1, 1, 12, 0, 0, tzinfo=datetime.UTC)
 

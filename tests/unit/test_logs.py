@@ -14,7 +14,7 @@ import warnings
 
 import pytest
 
-from orchestration import logs
+from orchestration.observability import logs
 from tests.support import RecordingHandler
 
 logger = logging.getLogger("orchestration.tests.logs")

@@ -7,11 +7,12 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from orchestration import flow, observe
+from orchestration import flow
 from orchestration.conf import conf
 from orchestration.errors import UnknownQueue
 from orchestration.management.arguments import POSITIVE_SECONDS, Bounded
-from orchestration.metrics import INSTALL_HINT
+from orchestration.observability import observe
+from orchestration.observability.metrics import INSTALL_HINT
 from orchestration.validation import InvalidWorkflowInput, validate_queue
 from orchestration.worker import Worker, restart
 

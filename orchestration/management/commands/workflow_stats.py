@@ -6,9 +6,9 @@ from typing import Any
 from django.core.management.base import CommandParser
 from django.core.serializers.json import DjangoJSONEncoder
 
-from orchestration import stats
 from orchestration.management.arguments import Bounded
 from orchestration.management.outage import ReportsOutages
+from orchestration.reports import stats
 
 
 class Command(ReportsOutages):

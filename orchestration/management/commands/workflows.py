@@ -1,7 +1,7 @@
 """``manage.py workflows list|show|workers|retry|restart|cancel|send-event|pause|resume``:
 the operator's console from a shell, each verb with ``--json``.
 
-A shell over ``orchestration.listing`` (the admin list's filters and search)
+A shell over ``orchestration.reports.listing`` (the admin list's filters and search)
 and ``orchestration.api`` (the same repairs as the admin's actions). Exit
 status: 0 done; 2 a bad argument (an id, a filter, a payload); 3 no such
 workflow; 4 refused in its state (the message says why); 5 not available
@@ -25,11 +25,12 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 import orchestration
-from orchestration import api, listing, stats
+from orchestration import api
 from orchestration.errors import InvalidTransition, InvalidWorkflowInput
 from orchestration.management.arguments import POSITIVE_SECONDS, Bounded
 from orchestration.management.outage import ReportsOutages
 from orchestration.models import Workflow
+from orchestration.reports import listing, stats
 from orchestration.terminal import printable
 from orchestration.validation import dumps_for_display
 from orchestration.waits import Wait

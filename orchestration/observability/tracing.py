@@ -4,7 +4,7 @@
 row (``workflows.trace_context``); each attempt of the run is then a span
 whose parent is the caller's span, wherever and however late the attempt
 runs, and each step the attempt runs is a child span of it
-(``orchestration.observe`` opens them).
+(``orchestration.observability.observe`` opens them).
 
 Without ``opentelemetry-api``, or with no tracer provider configured (the
 API's default is a no-op), nothing is stored and no span is made: the import
@@ -19,8 +19,8 @@ from typing import Any
 
 from django.db import DatabaseError
 
-from .conf import conf
-from .models import Workflow
+from ..conf import conf
+from ..models import Workflow
 
 #: The instrumentation scope of the spans.
 SCOPE = "orchestration"

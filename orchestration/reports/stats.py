@@ -18,7 +18,7 @@ from typing import Any
 
 from django.db import connections, transaction
 
-from .conf import conf
+from ..conf import conf
 
 SUCCESS_RATE_SQL = """
 SELECT

@@ -1,5 +1,5 @@
 """What a worker reports of each attempt and each step it runs: a span
-(``orchestration.tracing``, with ``opentelemetry-api`` and a tracer provider)
+(``orchestration.observability.tracing``, with ``opentelemetry-api`` and a tracer provider)
 and Prometheus counters and histograms (with ``prometheus_client``).
 
 Two decorators put them around the engine's own functions: ``attempt`` around
@@ -27,8 +27,8 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any, Protocol, TypeVar, cast
 
+from ..errors import DeadlineExceeded, LeaseLost, ReleaseRequested, Suspend, WorkflowCancelled
 from . import tracing
-from .errors import DeadlineExceeded, LeaseLost, ReleaseRequested, Suspend, WorkflowCancelled
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -28,11 +28,12 @@ from django.db.models.functions import Cast, Reverse, Right
 from django.db.models.lookups import StartsWith
 from django.utils import timezone
 
-from . import stats, worker_rows
-from .conf import conf
-from .models import Workflow, WorkflowStatus, WorkflowWorker
-from .registry import registered_workflows
-from .waits import PendingReason, WaitKind, pending_q, pending_reason
+from .. import worker_rows
+from ..conf import conf
+from ..models import Workflow, WorkflowStatus, WorkflowWorker
+from ..registry import registered_workflows
+from ..waits import PendingReason, WaitKind, pending_q, pending_reason
+from . import stats
 
 #: The values of "why pending": ``waits.PendingReason`` and ``waits.WaitKind``.
 PENDING_REASONS: dict[str, PendingReason | WaitKind] = {reason.value: reason for reason in (*PendingReason, *WaitKind)}

@@ -32,8 +32,8 @@ __version__ = "0.2.0.dev0"
 if TYPE_CHECKING:
     from .api import cancel_workflow, restart_workflow, retry_workflow, send_event, start_workflow, start_workflows
     from .async_api import asend_event, astart_workflow, astart_workflows
-    from .async_context import AsyncWorkflowContext
-    from .context import ChildHandle, WorkflowContext
+    from .ctx.async_context import AsyncWorkflowContext
+    from .ctx.context import ChildHandle, WorkflowContext
     from .flow import pause_queue, resume_queue, set_queue_limits
     from .forks import fork_workflow
     from .results import aget_result, wait_for_result
@@ -54,9 +54,9 @@ _LAZY = {
     "set_queue_limits": "flow",
     "pause_queue": "flow",
     "resume_queue": "flow",
-    "WorkflowContext": "context",
-    "AsyncWorkflowContext": "async_context",
-    "ChildHandle": "context",
+    "WorkflowContext": "ctx.context",
+    "AsyncWorkflowContext": "ctx.async_context",
+    "ChildHandle": "ctx.context",
 }
 
 __all__ = [

@@ -229,7 +229,7 @@ class WorkflowWorker(models.Model):
     last_seen_at = models.DateTimeField(db_default=Now())
     gone_at = models.DateTimeField(null=True, blank=True)
     #: Step bodies the process abandoned past their limit that still run, as of
-    #: its last heartbeat (``orchestration.timeouts``).
+    #: its last heartbeat (``orchestration.ctx.timeouts``).
     abandoned_bodies = models.IntegerField(db_default=0)
     #: How many times the process restarted itself at ``MAX_ABANDONED_BODIES``
     #: before this row (``orchestration.worker.restart``): a restart registers a new row.

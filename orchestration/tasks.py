@@ -58,7 +58,7 @@ from .registry import add_queue_source, reserve, starting_reserved
 from .validation import STEP_NAME_MAX_LENGTH, NotJSONSerializable, to_json_value, validate_queue
 
 if TYPE_CHECKING:
-    from .context import WorkflowContext
+    from .ctx.context import WorkflowContext
     from .models import Workflow
 
 #: The workflow type under which every task runs.

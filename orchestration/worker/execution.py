@@ -14,10 +14,11 @@ import traceback
 from collections.abc import Callable
 from typing import Any, cast
 
-from .. import async_context, clock
-from ..async_context import AsyncWorkflowContext
+from .. import clock
 from ..claims import FinishedRun
-from ..context import WorkflowContext
+from ..ctx import async_context
+from ..ctx.async_context import AsyncWorkflowContext
+from ..ctx.context import WorkflowContext
 from ..errors import (
     PERMANENT_ERRORS,
     CheckpointRefused,

@@ -32,11 +32,11 @@ from typing import Any
 from asgiref.sync import sync_to_async
 from django.db import connections
 
-from ..async_context import CANCEL_GRACE, SyncCalls
+from ..ctx.async_context import CANCEL_GRACE, SyncCalls
+from ..ctx.timeouts import thread_databases
 from ..lease import Lease, OutagePolicy
 from ..observability import logs
 from ..registry import async_workflow_types
-from ..timeouts import thread_databases
 from .dispatch import Dispatcher
 from .execution import Outcome, execute_async
 

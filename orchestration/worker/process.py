@@ -21,8 +21,9 @@ from typing import Any
 
 from django.db import DatabaseError, connections
 
-from .. import flow, timeouts, worker_rows
+from .. import flow, worker_rows
 from ..conf import conf
+from ..ctx import timeouts
 from ..lease import Lease, OutagePolicy
 from ..observability import logs
 from ..outages import is_outage

@@ -15,8 +15,9 @@ from collections.abc import Callable
 
 from django.db import DatabaseError, connections
 
-from .. import recovery, sql, timeouts, worker_rows
+from .. import recovery, sql, worker_rows
 from ..conf import conf
+from ..ctx import timeouts
 from ..listen import notifications_arrive
 from ..schedules import Scheduler, scheduled_workflows
 from .dispatch import Dispatcher

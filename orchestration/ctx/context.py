@@ -12,10 +12,10 @@ from typing import Any
 
 from django.db import transaction
 
-from . import clock, waits
-from .api import start_workflow
-from .conf import conf
-from .errors import (
+from .. import clock, waits
+from ..api import start_workflow
+from ..conf import conf
+from ..errors import (
     ChildWorkflowFailed,
     ControlFlow,
     DeadlineExceeded,
@@ -27,14 +27,12 @@ from .errors import (
     StepTimeout,
     Suspend,
 )
-from .lease import Lease, RecordedStep
-from .models import StepStatus, Workflow, WorkflowStatus
-from .observability import logs, observe
-from .outages import is_outage
-from .patches import Patches
-from .terminal import printable
-from .timeouts import Expired, call_within
-from .validation import (
+from ..lease import Lease, RecordedStep
+from ..models import StepStatus, Workflow, WorkflowStatus
+from ..observability import logs, observe
+from ..outages import is_outage
+from ..terminal import printable
+from ..validation import (
     ERROR_MESSAGE_MAX_LENGTH,
     NotJSONSerializable,
     storable_text,
@@ -45,7 +43,9 @@ from .validation import (
     validate_step_name,
     validate_step_timeout,
 )
-from .waits import Wait
+from ..waits import Wait
+from .patches import Patches
+from .timeouts import Expired, call_within
 
 logger = logs.RunLogger(__name__)
 
@@ -119,7 +119,7 @@ class WorkflowContext:
         """True where this run reaches this point on code with change ``change_id``;
         False where it passed it on the code before (so every replay branches as
         the first run did). ``if ctx.patched("id"): new... else: old...``; see
-        ``orchestration.patches`` for how the run's history decides."""
+        ``orchestration.ctx.patches`` for how the run's history decides."""
         return self._patches.patched(change_id, self._next_number, self._recorded)
 
     def deprecate_patch(self, change_id: str) -> None:
@@ -148,7 +148,7 @@ class WorkflowContext:
         ``step_timeout``) is the engine's, never passed to ``fn``: pass ``fn``
         its own with ``functools.partial(fn, timeout=...)``. Past it the attempt
         fails with ``StepTimeout`` and is retried; the body, which Python cannot
-        stop, is abandoned in a thread of its own (see ``orchestration.timeouts``).
+        stop, is abandoned in a thread of its own (see ``orchestration.ctx.timeouts``).
         """
         limit = self._step_timeout if timeout is None else validate_step_timeout(timeout, f"ctx.step({name!r}) timeout")
         number, done, output = self._begin(name, recorded_by_claim=True)

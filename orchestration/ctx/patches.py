@@ -20,9 +20,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from .errors import NonDeterministicWorkflow
-from .lease import Lease, RecordedStep
-from .validation import validate_patch_id
+from ..errors import NonDeterministicWorkflow
+from ..lease import Lease, RecordedStep
+from ..validation import validate_patch_id
 
 
 class Patches:

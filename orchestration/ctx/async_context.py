@@ -38,13 +38,14 @@ from asgiref.sync import async_to_sync, sync_to_async
 from django.db import Error, connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from . import clock, timeouts
+from .. import clock
+from ..errors import ControlFlow, DeadlineExceeded, LeaseLost, PermanentError, StepTimeout
+from ..lease import Lease
+from ..observability import observe
+from ..outages import is_outage
+from ..validation import to_json, validate_step_timeout
+from . import timeouts
 from .context import ChildHandle, WorkflowContext
-from .errors import ControlFlow, DeadlineExceeded, LeaseLost, PermanentError, StepTimeout
-from .lease import Lease
-from .observability import observe
-from .outages import is_outage
-from .validation import to_json, validate_step_timeout
 
 #: How often an async step body is checked for a lost lease while it runs (seconds).
 LOST_CHECK_INTERVAL = 0.25

@@ -35,12 +35,12 @@ from typing import TYPE_CHECKING, Any
 from django.db import OperationalError, connections
 from psycopg import pq
 
-from .observability import observe
+from ..observability import observe
 
 if TYPE_CHECKING:
     from django.db.backends.base.base import BaseDatabaseWrapper
 
-    from .lease import Flag
+    from ..lease import Flag
 
 logger = logging.getLogger(__name__)
 

@@ -60,7 +60,9 @@ def test_zombie__a_paused_worker_whose_workflow_finished_elsewhere_writes_nothin
         assert finished[0]["attempts"] == 2 and finished[0]["worker_id"] != ""
     finally:
         zombie.send_signal(signal.SIGCONT)
-    time.sleep(2.5)  # the zombie wakes, finishes its step body, tries to checkpoint and heartbeat
+    # The zombie wakes, finishes its step body, and its attempt ends at the refused checkpoint.
+    woke = wait_for(lambda: f"{workflow.pk} (slow) stopped" in zombie.log_path.read_text(errors="replace"))
+    assert woke, zombie.log_path.read_text()
     assert snapshot(workflow.pk) == finished
     zombie.send_signal(signal.SIGTERM)
     output, _ = zombie.communicate(timeout=30)

@@ -44,7 +44,7 @@ def test_read_only_database__runs_in_flight_wait_it_out_and_finish_without_the_s
     workers.append(process)
     assert wait_for(lambda: StepRun.objects.filter(label=first_step).count() == 3), process.log_path.read_text()
     with read_only_failover():
-        time.sleep(5)  # each step ends meanwhile, and its checkpoint meets a read-only database
+        time.sleep(3)  # each step (1 s) ends meanwhile, and its checkpoint meets a read-only database
     finished = lambda: set(Workflow.objects.filter(pk__in=[r.pk for r in runs]).values_list("status", flat=True))  # noqa: E731
     assert wait_for(lambda: finished() == {"completed"}, timeout=30), process.log_path.read_text()
     log = process.log_path.read_text()
@@ -58,7 +58,7 @@ def test_read_only_database__workers_claim_within_2s_once_it_takes_writes_again(
     with read_only_failover():
         time.sleep(1)
         waiting = start_workflow("echo", "started while the database refused the workers' writes")
-        time.sleep(11)  # long enough for a backoff to grow past the 2 s
+        time.sleep(4)  # long enough for every thread's backoff to reach its longest (a second)
         assert Workflow.objects.get(pk=waiting.pk).status == "pending"
     writable_again = database_clock()
     assert wait_for(lambda: Workflow.objects.get(pk=waiting.pk).started_at is not None, timeout=30)

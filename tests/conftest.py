@@ -1,11 +1,14 @@
 from __future__ import annotations
 
+import contextlib
 import os
+import threading
 from collections.abc import Iterator
 
+import psycopg
 import pytest
 
-from tests.support import WorkerProcess
+from tests.support import WorkerProcess, other_connection
 
 
 @pytest.fixture
@@ -28,6 +31,17 @@ def result_listener_stopped() -> Iterator[None]:
     """The process's result listener (started by a test that waits for a
     result) holds a connection to the test database: closed after each test."""
     yield
-    from orchestration.listen import result_listener
+    from orchestration.listen import RESULT_CHANNEL, result_listener
 
-    result_listener.stop()
+    if not any(thread.name == "orchestration-results" for thread in threading.enumerate()):
+        result_listener.stop()
+        return
+    # Between two looks at its stop flag the thread waits up to a second for a
+    # notification: one that no waiter wants wakes it at once.
+    stopping = threading.Thread(target=result_listener.stop)
+    stopping.start()
+    with contextlib.suppress(psycopg.Error), other_connection() as waker:
+        while stopping.is_alive():
+            waker.execute("SELECT pg_notify(%s, '')", [RESULT_CHANNEL])
+            stopping.join(0.05)
+    stopping.join()

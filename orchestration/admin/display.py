@@ -27,8 +27,6 @@ from ..waits import WAIT_FOREVER, PendingReason, Wait, pending_reason
 
 #: Longest JSON text shown on a page; the rest is cut, with a note.
 JSON_DISPLAY_LIMIT = 20_000
-#: Steps drawn on a workflow's timeline and listed in its inline, at most.
-MAX_STEPS_SHOWN = 300
 
 
 def queue_url(name: str) -> str:

@@ -29,6 +29,7 @@ from ..models import StepStatus, Workflow, WorkflowStatus, WorkflowStep
 from ..reports import charts
 from ..waits import PendingReason, pending_reason
 from .display import ago, change_url, status_badge, timestamp, waiting_until, waiting_what, worker_link
+from .steps import window_of
 from .views import WorkflowConsole
 
 
@@ -61,7 +62,7 @@ def _allowed(model_admin: WorkflowConsole, request: HttpRequest, action: RunActi
 
 def step_at_fault(workflow: Workflow) -> WorkflowStep | None:
     """The step after the last completed one, if it was recorded: where a run failed, waits or runs."""
-    return workflow.steps.filter(step_number=workflow.current_step + 1).first()
+    return window_of(workflow).at_fault
 
 
 def headline(workflow: Workflow, step: WorkflowStep | None) -> SafeString | str:

@@ -9,7 +9,7 @@ paginator estimates instead of counting past a bound.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from django.contrib import admin
@@ -24,6 +24,7 @@ from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
+from .. import step_window
 from ..conf import conf
 from ..models import FINISHED_STATUSES, StepStatus, Workflow, WorkflowStatus, WorkflowStep
 from ..reports import charts
@@ -31,7 +32,6 @@ from ..reports.listing import search_q, short_id
 from ..reports.pagination import EstimatedCountPaginator
 from .actions import cancel_workflows, requeue_stuck_workflows, restart_workflows, retry_workflows
 from .display import (
-    MAX_STEPS_SHOWN,
     ago,
     change_url,
     changelist_url,
@@ -46,10 +46,10 @@ from .display import (
 )
 from .filters import ParentFilter, PendingFilter, QueueFilter, StatusFilter, WorkerFilter, WorkflowTypeFilter
 from .fork import fork, fork_context
-from .inlines import WorkflowStepInline
 from .limits import time_limited
 from .page import run_action, step_at_fault, summary
 from .readonly import ReadOnlyConsole
+from .steps import steps_context, window_of
 from .views import overview, retry_from_step, send_event, send_event_context, skip_step
 
 
@@ -159,7 +159,6 @@ class WorkflowAdmin(ReadOnlyConsole, admin.ModelAdmin):
         "Traceback": lambda workflow: workflow.error_traceback,
         "Versions": lambda workflow: workflow.patches or workflow.forked_from_id,
     }
-    inlines = [WorkflowStepInline]
     # Each names the has_<permission>_permission below that guards it.
     actions = [retry_workflows, restart_workflows, cancel_workflows, requeue_stuck_workflows]
     #: The sorts an index answers: by creation (``idx_workflows_created``, and the
@@ -384,15 +383,22 @@ class WorkflowAdmin(ReadOnlyConsole, admin.ModelAdmin):
 
     @admin.display(description="steps")
     def timeline(self, obj: Workflow) -> str:
-        steps = list(
-            obj.steps.order_by("step_number").values_list(
-                "step_number", "step_name", "status", "started_at", "completed_at"
-            )[: MAX_STEPS_SHOWN + 1]
-        )
-        drawn = charts.timeline([charts.StepTiming(*step) for step in steps[:MAX_STEPS_SHOWN]], timezone.now())
+        window = window_of(obj)
+        steps: Sequence[charts.StepTiming]
+        if window.whole:
+            steps = [
+                charts.StepTiming(step.step_number, step.step_name, step.status, step.started_at, step.completed_at)
+                for step in window.steps
+            ]
+        else:  # too many to draw one by one: a bar a group of steps
+            steps = step_window.spans(obj.pk, window.last)
         return render_to_string(
             "admin/orchestration/workflow/timeline.html",
-            {"timeline": drawn, "cut": len(steps) > MAX_STEPS_SHOWN, "limit": MAX_STEPS_SHOWN},
+            {
+                "timeline": charts.timeline(steps, timezone.now()),
+                "summarised": not window.whole,
+                "last": f"{window.last:,}",
+            },
         )
 
     # -- extra pages
@@ -443,5 +449,6 @@ class WorkflowAdmin(ReadOnlyConsole, admin.ModelAdmin):
     ) -> HttpResponse:
         context.update(send_event_context(self, request, obj))
         context.update(fork_context(self, request, obj))
+        context.update(steps_context(request, obj))  # first: the head reads the step the run is at from it
         context.update(summary(self, request, obj))
         return super().render_change_form(request, context, add, change, form_url, obj)

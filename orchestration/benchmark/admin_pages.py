@@ -5,8 +5,10 @@ A scratch database (created beside the project's, every app migrated, dropped
 at the end) is loaded with a month of a busy site's work: ``rows`` workflows
 spread over ``days`` days, most completed, some failed or cancelled, a few
 thousand pending and running at the end, each with its steps, and four live
-workers. Then each page of the admin (the list with each filter, sort and
-search it offers, a workflow's page, the workers page, the overview), each
+workers; beside them one run of 20,000 steps (``long_run``) and one parent of
+10,000 children (``children``). Then each page of the admin (the list with
+each filter, sort and search it offers, a workflow's page, the long run's and
+the parent's, the workers page, the overview), each
 report of the overview and the Prometheus metrics are fetched ``repeat`` times,
 as a superuser of the scratch database; the table gives the median and the
 slowest. No user data is read or written.
@@ -97,6 +99,50 @@ FROM new, generate_series(1, %(steps)s::int) s
 WHERE new.status <> 'pending' AND s <= new.current_step + 1
 """
 
+# A run of ``long_run`` steps that failed at its last, after four attempts: an import that checkpoints each batch.
+LONG_RUN = f"""
+WITH run AS (
+    INSERT INTO workflows (id, workflow_type, status, queue, input_data, current_step, attempts, max_retries,
+                           created_at, updated_at, started_at, finished_at, error_message, worker_id)
+    VALUES ({_UUID7.format(t="now()", h="md5('long run')")}, 'long_import', 'failed', 'default', '{{}}',
+            %(steps)s - 1, 4, 3, now() - interval '6 hours', now(), now() - interval '6 hours', now(),
+            'ConnectionError: the supplier API did not answer', 'old-host-1:1:dead')
+    RETURNING id, started_at
+)
+INSERT INTO workflow_steps (workflow_id, step_number, step_name, status, output_data, started_at, completed_at,
+                            attempts, error_message)
+SELECT run.id, s, 'import batch ' || s, CASE WHEN s = %(steps)s THEN 'failed' ELSE 'completed' END,
+       CASE WHEN s < %(steps)s THEN jsonb_build_object('batch', s, 'rows', 500) END,
+       run.started_at + (s - 1) * interval '1 s', run.started_at + (s - 1) * interval '1 s' + interval '900 ms', 1,
+       CASE WHEN s = %(steps)s THEN 'ConnectionError: the supplier API did not answer' END
+FROM run, generate_series(1, %(steps)s::int) s
+"""
+
+# A run waiting for its ``children`` children, one in ten of them failed.
+PARENT = f"""
+WITH parent AS (
+    INSERT INTO workflows (id, workflow_type, status, queue, input_data, current_step, created_at, updated_at,
+                           started_at, run_after, waiting_for)
+    VALUES ({_UUID7.format(t="now()", h="md5('parent')")}, 'fan_out', 'pending', 'default', '{{}}', 1,
+            now() - interval '1 hour', now(), now() - interval '1 hour', '9999-01-01', 'children')
+    RETURNING id
+), step AS (
+    INSERT INTO workflow_steps (workflow_id, step_number, step_name, status, output_data, started_at, completed_at,
+                                attempts)
+    SELECT id, s, 'step ' || s, CASE WHEN s = 1 THEN 'completed' ELSE 'pending' END,
+           CASE WHEN s = 1 THEN '{{"ok": true}}'::jsonb ELSE '{{"children": true}}'::jsonb END,
+           now() - interval '1 hour', CASE WHEN s = 1 THEN now() - interval '59 minutes' END, 1
+    FROM parent, generate_series(1, 2) s
+)
+INSERT INTO workflows (id, workflow_type, status, queue, input_data, current_step, attempts, max_retries, created_at,
+                       updated_at, started_at, finished_at, error_message, parent_id)
+SELECT {_UUID7.format(t="now()", h="md5('child ' || g)")}, 'sync_crm',
+       CASE WHEN g %% 10 = 0 THEN 'failed' ELSE 'completed' END, 'default', jsonb_build_object('n', g), 1, 1, 3,
+       now() - interval '1 hour', now(), now() - interval '1 hour', now(),
+       CASE WHEN g %% 10 = 0 THEN 'ConnectionError: the CRM did not answer' END, parent.id
+FROM parent, generate_series(1, %(children)s::int) g
+"""
+
 WORKERS = """
 INSERT INTO workflow_workers (id, host, pid, queues, concurrency, version, started_at, last_seen_at)
 SELECT 'bench-host-' || n || ':1:cafe', 'bench-host-' || n, 1, NULL, 8, 'benchmark', now() - interval '1 day', now()
@@ -112,6 +158,9 @@ class Options:
     repeat: int = 3
     chunk: int = 500_000
     keep: bool = False
+    #: The steps of the one long run, and the children of the one large parent, loaded beside the rows.
+    long_run: int = 20_000
+    children: int = 10_000
 
 
 @dataclass
@@ -183,6 +232,8 @@ class AdminBenchmark:
             database.execute(LOAD_CHUNK, params)
             self.say(f"loaded {last:,} of {opts.rows:,} workflows ({time.monotonic() - started:.0f} s)")
         database.execute(WORKERS)
+        database.execute(LONG_RUN, {"steps": opts.long_run})
+        database.execute(PARENT, {"children": opts.children})
         database.execute("VACUUM (ANALYZE) workflows, workflow_steps, workflow_workers")
         self.facts["load_seconds"] = round(time.monotonic() - started)
         self.facts["steps"] = database.scalar("SELECT reltuples::bigint FROM pg_class WHERE relname = 'workflow_steps'")
@@ -195,7 +246,16 @@ class AdminBenchmark:
         failed = one("SELECT id FROM workflows WHERE status = 'failed' ORDER BY created_at DESC LIMIT 1")[0]
         parent = one("SELECT parent_id FROM workflows WHERE parent_id IS NOT NULL ORDER BY created_at LIMIT 1")[0]
         key = one("SELECT idempotency_key FROM workflows WHERE idempotency_key IS NOT NULL LIMIT 1")[0]
-        return {"failed": str(failed), "parent": str(parent), "key": key, "worker": "bench-host-1:1:cafe"}
+        long_run = one("SELECT id FROM workflows WHERE workflow_type = 'long_import' LIMIT 1")[0]
+        large_parent = one("SELECT id FROM workflows WHERE workflow_type = 'fan_out' LIMIT 1")[0]
+        return {
+            "failed": str(failed),
+            "parent": str(parent),
+            "key": key,
+            "worker": "bench-host-1:1:cafe",
+            "long_run": str(long_run),
+            "large_parent": str(large_parent),
+        }
 
     def pages(self, samples: dict[str, str]) -> list[tuple[str, dict[str, str]]]:
         """The list's URL parameters to time: each filter, sort and search it offers."""
@@ -243,9 +303,28 @@ class AdminBenchmark:
         admin = "admin:orchestration_workflow"
         list_url = reverse(f"{admin}_changelist")
         timings = [self._time(client, f"list: {name}", list_url, params) for name, params in self.pages(samples)]
+        opts = self.options
+        page = f"{admin}_change"
+        long_run, large_parent = (
+            reverse(page, args=[samples["long_run"]]),
+            reverse(page, args=[samples["large_parent"]]),
+        )
+        middle = opts.long_run // 2
         timings += [
+            self._time(client, "a workflow's page", reverse(page, args=[samples["failed"]])),
+            self._time(client, f"a run of {opts.long_run:,} steps", long_run),
             self._time(
-                client, "a workflow's page", reverse("admin:orchestration_workflow_change", args=[samples["failed"]])
+                client,
+                f"a run of {opts.long_run:,} steps, its steps {middle:,} to {middle + 49:,}",
+                long_run,
+                {"steps": f"{middle}:{middle + 49}"},
+            ),
+            self._time(client, f"a parent of {opts.children:,} children", large_parent),
+            self._time(
+                client,
+                f"list: the children of a parent of {opts.children:,}",
+                list_url,
+                {"parent": samples["large_parent"]},
             ),
             self._time(client, "workers page", reverse("admin:orchestration_workflowworker_changelist")),
             self._time(client, "overview page", reverse(f"{admin}_overview")),

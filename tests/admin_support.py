@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 from django.contrib.auth.models import Permission, User
+from django.db import connection
 from django.utils import timezone
 
 from orchestration import waits
@@ -14,6 +15,32 @@ from orchestration.models import Workflow
 from orchestration.reports import stats
 from orchestration.reports.listing import ERROR_INDEX
 from tests.factories import WorkflowFactory, WorkflowStepFactory
+
+WIDE_NAME = "import the customer ledger and reconcile each account against the bank statement " * 2
+WIDE_ERROR = "ConnectionError: the supplier API did not answer in time; " * 20
+
+
+def record_steps(workflow, count: int, *, status: str = "completed", failed_at: int | None = None) -> None:
+    """``count`` steps of ``workflow``, each with a wide name and output, a second apart
+    (``failed_at``: that step failed, with a long error, and is the last one recorded)."""
+    last = failed_at or count
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            INSERT INTO workflow_steps (workflow_id, step_number, step_name, status, output_data, started_at,
+                                        completed_at, attempts, error_message)
+            SELECT %(id)s, g, left(%(name)s || g, 200),
+                   CASE WHEN g = %(failed)s THEN 'failed' ELSE %(status)s END,
+                   CASE WHEN g <> %(failed)s THEN jsonb_build_object('n', g, 'rows', repeat('x', 1500)) END,
+                   now() - interval '1 day' + g * interval '1 s',
+                   now() - interval '1 day' + g * interval '1 s' + interval '900 ms',
+                   1 + g %% 2,
+                   CASE WHEN g = %(failed)s THEN %(error)s END
+            FROM generate_series(1, %(last)s) g
+            """,
+            {"id": str(workflow.pk), "name": WIDE_NAME, "status": status, "failed": failed_at or 0,
+             "error": WIDE_ERROR, "last": last},
+        )  # fmt: skip
 
 
 def staff_user(*codenames: str, username: str = "operator", password: str = "operator-pw") -> User:

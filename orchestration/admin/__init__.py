@@ -5,7 +5,7 @@ Django's admin autodiscovery imports this module, which registers the one
 those listed before it:
 
 - ``display``: badges (a pending workflow says why), moments, JSON, links;
-- ``filters``: the list's filters; ``inlines``: a workflow's steps;
+- ``filters``: the list's filters; ``steps``: a window of a workflow's steps;
 - ``actions``: retry, restart, cancel, requeue, as the Python API does them;
 - ``forms`` and ``views``: the overview, step repairs and sending an event;
 - ``page``: the head of a run's page (its state, why, Retry / Restart / Cancel, its errors);

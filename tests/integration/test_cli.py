@@ -15,7 +15,7 @@ from django.utils import timezone
 import orchestration
 from orchestration import start_workflow
 from orchestration.models import Workflow, WorkflowEvent, WorkflowWorker
-from tests.admin_support import failed_three_steps
+from tests.admin_support import failed_three_steps, record_steps
 from tests.factories import WorkflowFactory, WorkflowStepFactory
 from tests.support import drain, run_manage
 
@@ -277,3 +277,35 @@ def test_list__a_read_past_its_timeout_is_cancelled_and_says_how_to_narrow_it(mo
     error = refused("list", "--timeout", "0.05")
     assert error.returncode == 1
     assert "took longer than 0.05 s and was cancelled: narrow the filters, or raise --timeout" in str(error)
+
+
+def long_failed_run(steps: int, failed_at: int) -> Workflow:
+    workflow = WorkflowFactory(status="failed", current_step=failed_at - 1)
+    record_steps(workflow, steps)
+    workflow.steps.filter(step_number=failed_at).update(status="failed", error_message="boom")
+    return workflow
+
+
+def test_show__a_long_run_its_first_and_last_steps_and_the_one_it_failed_at():
+    workflow = long_failed_run(20_000, failed_at=7_001)
+    shown = run_json("show", str(workflow.pk))
+    assert [s["step_number"] for s in shown["steps"]] == [*range(1, 11), 7_001, *range(19_991, 20_001)]
+    assert shown["step_count"] == 20_000
+    assert shown["steps_not_shown"] == [{"first": 11, "last": 7_000}, {"first": 7_002, "last": 19_990}]
+    text = run("show", str(workflow.pk))
+    assert "21 of 20,000 steps shown; --steps FROM:TO shows others" in text
+    assert "6,990 not shown (--steps 11:7000)" in text and "12,989 not shown (--steps 7002:19990)" in text
+
+
+def test_show__the_steps_asked_for():
+    workflow = long_failed_run(20_000, failed_at=7_001)
+    shown = run_json("show", str(workflow.pk), "--steps", "15000:15999")
+    # Beside the first ten, the one it failed at and the last ten: a thousand steps, in the terminal.
+    assert [s["step_number"] for s in shown["steps"]][11:1011] == list(range(15_000, 16_000))
+    assert shown["steps_not_shown"][-1] == {"first": 16_000, "last": 19_990}
+
+
+def test_show__refuses_steps_that_are_no_range():
+    workflow = long_failed_run(100, failed_at=50)
+    error = refused("show", str(workflow.pk), "--steps", "ten")
+    assert "is neither a step number nor a range of steps FROM:TO" in str(error)

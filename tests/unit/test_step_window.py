@@ -54,7 +54,7 @@ def test_shown_ranges__merge_what_touches():
 
 
 def test_shown_ranges__cut_a_wide_range_to_a_page_of_the_most_steps():
-    ranges, asked = shown_ranges(20_000, None, (1_000, None))
+    _, asked = shown_ranges(20_000, None, (1_000, None))
     assert asked == (1_000, 1_000 + step_window.MOST_ASKED - 1)
     assert shown_ranges(20_000, None, (1_000, None), most=None)[1] == (1_000, 20_000)
 

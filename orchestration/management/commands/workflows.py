@@ -25,7 +25,7 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 import orchestration
-from orchestration import api
+from orchestration import api, step_window
 from orchestration.errors import InvalidTransition, InvalidWorkflowInput
 from orchestration.management.arguments import POSITIVE_SECONDS, Bounded
 from orchestration.management.outage import ReportsOutages
@@ -55,6 +55,13 @@ def _since(value: str) -> datetime.datetime:
     return moment if timezone.is_aware(moment) else timezone.make_aware(moment)
 
 
+def _steps(value: str) -> tuple[int, int | None]:
+    try:
+        return step_window.parse_range(value)
+    except step_window.InvalidRange as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 class Command(ReportsOutages):
     help = "Watch and repair workflows: list, show, workers, retry, restart, cancel, send-event, pause, resume."
 
@@ -81,7 +88,16 @@ class Command(ReportsOutages):
         found.add_argument("--search", help="an id (or its first characters), an exact type or an idempotency key")
         found.add_argument("--limit", action=Bounded, minimum=1, default=50, help="how many (default 50)")
         shown = "One workflow: its columns, error history, patches, fork origin, steps, children and events."
-        verb("show", shown).add_argument("id")
+        show = verb("show", shown)
+        show.add_argument("id")
+        show.add_argument(
+            "--steps",
+            type=_steps,
+            metavar="FROM:TO",
+            help="these steps (FROM: to the end, :TO from the start, N: step N and the "
+            f"{step_window.PAGE - 1} after it); by default the first {step_window.HEAD}, the last "
+            f"{step_window.TAIL} and the one the run is at",
+        )
         verb("workers", "The runworkers processes: what each holds, its hung step bodies and restarts.").add_argument(
             "--all", action="store_true", help="with the workers marked gone"
         )
@@ -153,6 +169,10 @@ class Command(ReportsOutages):
                 found = listing.details(workflow_id)
             except Workflow.DoesNotExist:
                 raise CommandError(f"No workflow {workflow_id}.", returncode=NOT_FOUND) from None
+            window = step_window.read(workflow_id, found["current_step"], options["steps"], most=None)
+        found["steps"] = [{field: getattr(step, field) for field in step_window.FIELDS} for step in window.steps]
+        found["step_count"] = window.last
+        found["steps_not_shown"] = [{"first": gap.first, "last": gap.last} for gap in window.gaps]
         if options["json"]:
             return found
         for label, key in (("id", "id"), ("type", "workflow_type"), ("queue", "queue"), ("priority", "priority")):
@@ -184,14 +204,21 @@ class Command(ReportsOutages):
             label = "errors:" if n == 0 else ""
             said = f"{entry['at']} attempt {entry['attempt']} step {entry['step']} ({entry['status']})"
             self.stdout.write(f"{label:<12}{said}: {printable(entry['message'])}")
-        steps = [
-            (
-                *(str(s["step_number"]), printable(s["step_name"] or ""), s["status"], str(s["attempts"])),
-                *(_moment(s["started_at"]), _moment(s["completed_at"]), printable(s["error_message"] or "")),
+        gap_after = {gap.first - 1: gap for gap in window.gaps}
+        steps: list[tuple[str, ...]] = []
+        for s in found["steps"]:
+            steps.append(
+                (
+                    *(str(s["step_number"]), printable(s["step_name"] or ""), s["status"], str(s["attempts"])),
+                    *(_moment(s["started_at"]), _moment(s["completed_at"]), printable(s["error_message"] or "")),
+                )
             )
-            for s in found["steps"]
-        ]
+            if s["step_number"] in gap_after:
+                gap = gap_after[s["step_number"]]
+                steps.append(("...", f"{gap.count:,} not shown (--steps {gap.first}:{gap.last})", *[""] * 5))
         self.stdout.write("")
+        if window.gaps:
+            self.stdout.write(f"{len(window.steps):,} of {window.last:,} steps shown; --steps FROM:TO shows others")
         self._table(("step", "name", "status", "runs", "started", "completed", "error"), steps, "no step recorded")
         if found["error_traceback"]:
             # Indented: a line that the exception's own message breaks cannot pass for one of ours.

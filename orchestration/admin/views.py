@@ -32,7 +32,7 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.http import urlencode
 
-from .. import api, flow, transitions, worker_rows
+from .. import api, flow, step_window, transitions, worker_rows
 from ..conf import conf
 from ..errors import InvalidTransition, InvalidWorkflowInput
 from ..models import FINISHED_STATUSES, StepStatus, Workflow, WorkflowStep, WorkflowWorker
@@ -59,6 +59,9 @@ DEAD_TUPLES_WARNING_MIN = 10_000
 
 #: Failed workflows listed on the overview.
 RECENT_FAILURES_SHOWN = 10
+
+#: Steps a retry from step N lists of those it discards; the rest are counted.
+DISCARDED_SHOWN = 20
 
 
 class WorkflowConsole(Protocol):
@@ -304,8 +307,9 @@ def retry_from_step(
     discarded = list(
         WorkflowStep.objects.filter(workflow=workflow, step_number__gte=step_number)
         .order_by("step_number")
-        .values_list("step_number", "step_name", "status")
+        .values_list("step_number", "step_name", "status")[:DISCARDED_SHOWN]
     )
+    last = step_window.last_step(workflow.pk)
     return _repair_page(
         model_admin,
         request,
@@ -314,6 +318,10 @@ def retry_from_step(
         title=f"Retry from step {step_number}",
         action="retry",
         discarded=discarded,
+        discarded_more=f"{last - step_number + 1 - len(discarded):,}"
+        if last - step_number + 1 > len(discarded)
+        else "",
+        last=f"{last:,}",
     )
 
 

@@ -16,6 +16,7 @@ from django.db import connection
 from django.urls import reverse
 
 from orchestration import step_window
+from orchestration.admin import views
 from orchestration.models import WorkflowQueue
 from tests.admin_support import WIDE_ERROR, WIDE_NAME, record_steps
 from tests.factories import WorkflowFactory, WorkflowWorkerFactory
@@ -285,3 +286,15 @@ def test_overview__costs_the_same_queries_whatever_the_number_of_workflow_types(
     with django_assert_max_num_queries(OVERVIEW_QUERIES):
         html = opened(admin_client, reverse("admin:orchestration_workflow_overview"))
     assert html.count(f"{WIDE_NAME[:90]}") >= types
+
+
+@pytest.mark.parametrize("steps", [20, 20_000])
+def test_retry_from_step_page__lists_the_first_steps_it_discards_and_counts_the_rest(
+    admin_client, django_assert_max_num_queries, steps
+):
+    workflow = failed_run(steps)
+    with django_assert_max_num_queries(RUN_PAGE_QUERIES):
+        html = opened(admin_client, reverse("admin:orchestration_workflow_retry_from_step", args=[workflow.pk, 1]))
+    assert html.count("<li>step ") == min(steps, views.DISCARDED_SHOWN)
+    if steps > views.DISCARDED_SHOWN:
+        assert f"and {steps - views.DISCARDED_SHOWN:,} more, to step {steps:,}" in html

@@ -21,7 +21,8 @@ from django.urls import reverse
 
 from orchestration import start_workflow
 from orchestration.models import Workflow
-from tests.admin_support import failed_three_steps, staff_user, stuck_running, waiting_for_event
+from tests.admin_support import failed_three_steps, record_steps, staff_user, stuck_running, waiting_for_event
+from tests.factories import WorkflowFactory
 from tests.support import ROOT, drain
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -141,6 +142,23 @@ def test_operator__sees_a_workflows_steps_on_its_timeline(page, admin_user):
     assert page.locator("tr.orch-step-row").count() == 2
     assert "ConnectionError: bank API unreachable" in page.inner_text("#content-main")
     screenshot(page, "04-workflow-timeline")
+
+
+def test_operator__finds_a_step_of_a_run_of_thousands_by_its_number(page, admin_user):
+    workflow = WorkflowFactory(status="failed", current_step=1_999)
+    record_steps(workflow, 2_000, failed_at=2_000)
+    log_in(page, "admin", "password")
+    page.goto(reverse("admin:orchestration_workflow_change", args=[workflow.pk]))
+    rows = page.locator("tr.orch-step-row")
+    assert rows.count() == 20 and page.locator("tr.orch-steps-gap").count() == 1
+    assert page.locator(".orch-timeline-bar").count() == 50  # a bar a group of 40 steps
+    page.fill("#steps-group input[name=steps]", "1234")
+    page.press("#steps-group input[name=steps]", "Enter")
+    page.wait_for_selector("tr.orch-step-row[data-step='1234']")
+    assert rows.count() == 70 and "steps=1234" in page.url
+    screenshot(page, "13-long-run-jumped")
+    page.click("tr.orch-steps-gap a:has-text('show 1,284–1,333')")  # the page after
+    page.wait_for_selector("tr.orch-step-row[data-step='1333']")
 
 
 def test_operator__skips_a_failed_step_by_supplying_its_output(page, admin_user):

@@ -1,5 +1,5 @@
 """A workflow's steps, listed under its page: a window of them whatever their
-number (``orchestration.step_window``: the first, the last, the one the run is
+number (``orchestration.reports.step_window``: the first, the last, the one the run is
 at, a range asked for with ``?steps=FROM:TO``), links to the steps left out,
 and the repairs a failed or cancelled workflow offers on each (retry from
 here, skip with an output).
@@ -21,9 +21,9 @@ from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
-from .. import step_window, transitions
+from .. import transitions
 from ..models import StepStatus, Workflow, WorkflowStatus, WorkflowStep
-from ..reports import charts
+from ..reports import charts, step_window
 from .display import pretty_json, status_badge, timestamp_column
 
 #: The request's parameter that asks for a range of steps: ``N``, ``FROM:TO``, ``FROM:`` or ``:TO``.

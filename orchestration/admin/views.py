@@ -32,11 +32,11 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.http import urlencode
 
-from .. import api, flow, step_window, transitions, worker_rows
+from .. import api, flow, transitions, worker_rows
 from ..conf import conf
 from ..errors import InvalidTransition, InvalidWorkflowInput
 from ..models import FINISHED_STATUSES, StepStatus, Workflow, WorkflowStep, WorkflowWorker
-from ..reports import charts, stats
+from ..reports import charts, stats, step_window
 from ..reports.listing import short_id
 from ..waits import WaitKind, awaited_event
 from .display import ago, change_url, changelist_url, queue_url, worker_url

@@ -24,10 +24,9 @@ from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
-from .. import step_window
 from ..conf import conf
 from ..models import FINISHED_STATUSES, StepStatus, Workflow, WorkflowStatus, WorkflowStep
-from ..reports import charts
+from ..reports import charts, step_window
 from ..reports.listing import search_q, short_id
 from ..reports.pagination import EstimatedCountPaginator
 from .actions import cancel_workflows, requeue_stuck_workflows, restart_workflows, retry_workflows

@@ -33,7 +33,7 @@ from ..conf import conf
 from ..models import Workflow, WorkflowStatus, WorkflowWorker
 from ..registry import registered_workflows
 from ..waits import PendingReason, WaitKind, pending_q, pending_reason
-from . import stats
+from . import stats, step_window
 
 #: The values of "why pending": ``waits.PendingReason`` and ``waits.WaitKind``.
 PENDING_REASONS: dict[str, PendingReason | WaitKind] = {reason.value: reason for reason in (*PendingReason, *WaitKind)}
@@ -188,15 +188,15 @@ def rows(filters: Filters, limit: int) -> list[dict[str, Any]]:
     return [summary(row, now) for row in filtered(filters).values(*SUMMARY_FIELDS)[:limit]]
 
 
-def details(workflow_id: uuid.UUID) -> dict[str, Any]:
+def details(workflow_id: uuid.UUID, steps: tuple[int, int | None] | None = None) -> dict[str, Any]:
     """Everything about one workflow: its columns, error history, patches, the
-    run it was forked from, steps, children by status and unconsumed events.
+    run it was forked from, children by status, unconsumed events, and the
+    window of its steps a page shows (``step_window.read``: with ``steps``, a
+    range of them too), with its last step number and the steps left out.
     Raises ``Workflow.DoesNotExist``."""
     workflow = Workflow.objects.using(conf.DATABASE).get(pk=workflow_id)
     row = {field: getattr(workflow, field) for field in SUMMARY_FIELDS}
-    steps = workflow.steps.order_by("step_number").values(
-        "step_number", "step_name", "status", "attempts", "started_at", "completed_at", "error_message", "output_data"
-    )
+    window = step_window.read(workflow.pk, workflow.current_step, steps, most=None)
     children = workflow.children.order_by().values_list("status").annotate(n=Count("pk"))
     waiting_events = workflow.events.filter(consumed_by_step__isnull=True).order_by("id").values_list("name", flat=True)
     return {
@@ -210,7 +210,9 @@ def details(workflow_id: uuid.UUID) -> dict[str, Any]:
         "scoped_key": workflow.scoped_key,
         "key_scope": workflow.key_scope,
         "forked_from_id": workflow.forked_from_id,
-        "steps": list(steps),
+        "steps": [{field: getattr(step, field) for field in step_window.FIELDS} for step in window.steps],
+        "step_count": window.last,
+        "steps_not_shown": [{"first": gap.first, "last": gap.last} for gap in window.gaps],
         "children": dict(children),
         "unconsumed_events": list(waiting_events),
     }

@@ -15,9 +15,9 @@ import pytest
 from django.db import connection
 from django.urls import reverse
 
-from orchestration import step_window
 from orchestration.admin import views
 from orchestration.models import WorkflowQueue
+from orchestration.reports import step_window
 from tests.admin_support import WIDE_ERROR, WIDE_NAME, record_steps
 from tests.factories import WorkflowFactory, WorkflowWorkerFactory
 

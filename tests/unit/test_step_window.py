@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from orchestration import step_window
-from orchestration.step_window import InvalidRange, parse_range, shown_ranges
+from orchestration.reports import step_window
+from orchestration.reports.step_window import InvalidRange, parse_range, shown_ranges
 
 
 def test_step_window_module_examples_hold():

@@ -25,12 +25,12 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 import orchestration
-from orchestration import api, step_window
+from orchestration import api
 from orchestration.errors import InvalidTransition, InvalidWorkflowInput
 from orchestration.management.arguments import POSITIVE_SECONDS, Bounded
 from orchestration.management.outage import ReportsOutages
 from orchestration.models import Workflow
-from orchestration.reports import listing, stats
+from orchestration.reports import listing, stats, step_window
 from orchestration.terminal import printable
 from orchestration.validation import dumps_for_display
 from orchestration.waits import Wait
@@ -166,13 +166,9 @@ class Command(ReportsOutages):
         workflow_id = _workflow_id(options["id"])
         with stats.time_limit(options["timeout"]):
             try:
-                found = listing.details(workflow_id)
+                found = listing.details(workflow_id, options["steps"])
             except Workflow.DoesNotExist:
                 raise CommandError(f"No workflow {workflow_id}.", returncode=NOT_FOUND) from None
-            window = step_window.read(workflow_id, found["current_step"], options["steps"], most=None)
-        found["steps"] = [{field: getattr(step, field) for field in step_window.FIELDS} for step in window.steps]
-        found["step_count"] = window.last
-        found["steps_not_shown"] = [{"first": gap.first, "last": gap.last} for gap in window.gaps]
         if options["json"]:
             return found
         for label, key in (("id", "id"), ("type", "workflow_type"), ("queue", "queue"), ("priority", "priority")):
@@ -204,7 +200,7 @@ class Command(ReportsOutages):
             label = "errors:" if n == 0 else ""
             said = f"{entry['at']} attempt {entry['attempt']} step {entry['step']} ({entry['status']})"
             self.stdout.write(f"{label:<12}{said}: {printable(entry['message'])}")
-        gap_after = {gap.first - 1: gap for gap in window.gaps}
+        gap_after = {gap["first"] - 1: gap for gap in found["steps_not_shown"]}
         steps: list[tuple[str, ...]] = []
         for s in found["steps"]:
             steps.append(
@@ -215,10 +211,12 @@ class Command(ReportsOutages):
             )
             if s["step_number"] in gap_after:
                 gap = gap_after[s["step_number"]]
-                steps.append(("...", f"{gap.count:,} not shown (--steps {gap.first}:{gap.last})", *[""] * 5))
+                first, last = gap["first"], gap["last"]
+                steps.append(("...", f"{last - first + 1:,} not shown (--steps {first}:{last})", *[""] * 5))
         self.stdout.write("")
-        if window.gaps:
-            self.stdout.write(f"{len(window.steps):,} of {window.last:,} steps shown; --steps FROM:TO shows others")
+        if gap_after:
+            shown = f"{len(found['steps']):,} of {found['step_count']:,} steps shown"
+            self.stdout.write(f"{shown}; --steps FROM:TO shows others")
         self._table(("step", "name", "status", "runs", "started", "completed", "error"), steps, "no step recorded")
         if found["error_traceback"]:
             # Indented: a line that the exception's own message breaks cannot pass for one of ours.

@@ -24,9 +24,9 @@ from typing import Any
 
 from django.db.models import Count, F, Max, Min, Q
 
-from .conf import conf
-from .models import StepStatus, WorkflowStep
-from .reports.charts import StepTiming
+from ..conf import conf
+from ..models import StepStatus, WorkflowStep
+from .charts import StepTiming
 
 #: A run of this many steps or fewer is shown whole, and drawn one bar a step.
 WHOLE_UP_TO = 50

@@ -34,6 +34,7 @@ STEPS_PARAMETER = "steps"
 class StepRow:
     number: int
     cells: list[tuple[str, SafeString | str]]
+    gap = None  # the template tells the two kinds of row apart by it
 
 
 @dataclass(frozen=True)

@@ -81,7 +81,7 @@ class Window:
     steps: list[WorkflowStep]
     #: The step after the last completed one, where the run failed, waits or runs, if it was recorded.
     at_fault: WorkflowStep | None
-    #: The steps left out, in order, each between two shown ones (or after the last shown).
+    #: The steps left out, in order, each between two shown ones (the last step is always shown).
     gaps: list[Gap]
     #: The range asked for, as shown (cut to ``MOST_ASKED`` steps and to the run's steps), if any.
     asked: tuple[int, int] | None = None

@@ -31,7 +31,7 @@ def record_steps(workflow, count: int, *, status: str = "completed", failed_at: 
                                         completed_at, attempts, error_message)
             SELECT %(id)s, g, left(%(name)s || g, 200),
                    CASE WHEN g = %(failed)s THEN 'failed' ELSE %(status)s END,
-                   CASE WHEN g <> %(failed)s THEN jsonb_build_object('n', g, 'rows', repeat('x', 1500)) END,
+                   CASE WHEN g <> %(failed)s THEN jsonb_build_object('n', g, 'rows', repeat('x', 400)) END,
                    now() - interval '1 day' + g * interval '1 s',
                    now() - interval '1 day' + g * interval '1 s' + interval '900 ms',
                    1 + g %% 2,

@@ -93,56 +93,34 @@ LANE_MARGIN = sql.QUEUE_LANES * LANE_CLAIM
 #: A queue ``q`` whose only rule is a concurrency limit, and ``q``'s running runs.
 _LANE_RULES = "NOT q.paused AND q.key_concurrency IS NULL AND q.rate_limit IS NULL AND q.key_rate_limit IS NULL"
 _RUNNING = "(SELECT count(*) FROM workflows AS w WHERE w.status = 'running' AND w.queue = q.name)"
-#: The restricted queues a claim serves (``%(queues)s``, NULL: every queue).
-_RESTRICTED = f"""FROM workflow_queues AS q
-WHERE {sql.SERVED_QUEUES} AND (paused OR {sql.HAS_LIMIT})"""
 
+#: The queue of a claim in a lane, and its free slots, counted in the
+#: statement's snapshot: the one restricted queue the claim serves
+#: (``%(queues)s``, NULL: every queue), if it is the only one, is not paused
+#: and has a concurrency limit and no other limit; else no row. ``OFFSET 0``
+#: keeps a filter on ``lane`` out of the aggregate, where it would count again.
+_LANE = f"""SELECT lane.name, (SELECT q.concurrency - {_RUNNING} FROM workflow_queues AS q WHERE q.name = lane.name) AS free
+FROM (SELECT CASE WHEN count(*) = 1 AND bool_and({_LANE_RULES}) THEN min(q.name) END AS name
+      FROM workflow_queues AS q
+      WHERE {sql.SERVED_QUEUES} AND (paused OR {sql.HAS_LIMIT})
+      OFFSET 0) AS lane
+WHERE lane.name IS NOT NULL"""
 
-def _far_from_limit(far: str) -> str:
-    """The one restricted queue a claim serves, if it is the only one, is not
-    paused, has a concurrency limit and no other limit, and ``far`` holds of it; else NULL."""
-    return f"""SELECT CASE WHEN count(*) = 1 AND bool_and(
-        {_LANE_RULES}
-        AND {far})
-    THEN min(q.name) END AS name
-{_RESTRICTED}"""
-
-
-def _take_lane(far: str) -> str:
-    """``_far_from_limit(far)``'s queue, once one of its lanes is held: the
-    first free from this backend's own. NULL, holding none, when no queue is
-    far from its limit or every lane is taken (by claims in lanes, or by one
-    in its turn: ``sql.LOCK_QUEUES`` takes them all). ``OFFSET 0`` keeps
-    ``far.name IS NOT NULL`` out of the aggregate, where it would be a filter
-    that counts again."""
-    return f"""
-SELECT far.name FROM ({_far_from_limit(far)}
+#: ``_LANE``'s queue, if it has ``LANE_MARGIN`` slots free, once one of its
+#: lanes is held: the first free from this backend's own. NULL, holding none,
+#: when no queue is far from its limit or every lane is taken (by claims in
+#: lanes, or by one in its turn: ``sql.LOCK_QUEUES`` takes them all). The
+#: count only keeps claims near the limit out of the lanes; ``FREE_IN_LANE``
+#: is the one the limit needs.
+TAKE_LANE = f"""
+SELECT far.name FROM ({_LANE}
 OFFSET 0) AS far
-WHERE far.name IS NOT NULL AND EXISTS (
+WHERE far.free >= {LANE_MARGIN} AND EXISTS (
     SELECT FROM generate_series(0, {sql.QUEUE_LANES - 1}) AS lane
     WHERE pg_try_advisory_xact_lock(%(space)s + 1 + (pg_backend_pid() + lane) % {sql.QUEUE_LANES}, hashtext(far.name))
 )
 """
-
-
-#: A lane of the queue a claim serves, if it has ``LANE_MARGIN`` slots free
-#: (``sql.QUEUE_LANES`` times ``LANE_CLAIM``), counted before the lane is taken.
-TAKE_LANE = _take_lane(f"q.concurrency - {LANE_MARGIN} >= {_RUNNING}")
-#: ``TAKE_LANE`` uncounted, for a backend whose last count found the queue
-#: far from its limit by ``FAR_MEMO_MARGIN``: the count once the lane is held
-#: (``FREE_IN_LANE``) is the one the limit needs, and it is made either way.
-TAKE_LANE_UNCOUNTED = _take_lane(f"q.concurrency >= {LANE_MARGIN}")
-#: The slots of lane queue ``%(lane_queue)s`` free, in this statement's
-#: snapshot, if it is still the only restricted queue served and has a
-#: concurrency limit and no other limit; else NULL. A claim in the lane takes
-#: runs only if they are at least ``LANE_MARGIN``.
-FREE_IN_LANE = f"""SELECT CASE WHEN count(*) = 1 AND bool_and({_LANE_RULES}) AND min(q.name) = %(lane_queue)s
-    THEN min(q.concurrency - {_RUNNING}) END
-{_RESTRICTED}"""
-#: The free slots a backend's count must find for its next claim to skip
-#: ``TAKE_LANE``'s count: twice the margin, so that a queue filling up makes
-#: that claim count first again well before a lane can no longer claim.
-FAR_MEMO_MARGIN = 2 * LANE_MARGIN
-#: The session setting that holds it: ``far:`` and the queues claimed from
-#: (``%(queues)s``, ``*`` for every queue) when the last count found them so.
-FAR_MEMO = "orchestration.far_from_limit"
+#: The slots of lane queue ``%(lane_queue)s`` free, counted once its lane is
+#: held, if it is still ``_LANE``'s queue; else NULL. A claim in the lane
+#: takes runs only if they are at least ``LANE_MARGIN``.
+FREE_IN_LANE = f"SELECT lane.free FROM ({_LANE}) AS lane WHERE lane.name = %(lane_queue)s"

@@ -136,39 +136,24 @@ def _counted_claim_body() -> str:
     far from it, the claim only completes its runs (the next, counting
     first, takes its turn).
 
-    The count before the lane only keeps claims near the limit out of the
-    lanes. A backend whose last count in a lane found the queue far from it
-    by ``counted_sql.FAR_MEMO_MARGIN`` skips it (``TAKE_LANE_UNCOUNTED``),
-    and so counts once a claim; it notes so in the session setting
-    ``counted_sql.FAR_MEMO``, which a rolled-back claim leaves as it was.
     ``p_lane_queue`` is a variable, named as ``FREE_IN_LANE``'s parameter."""
     lock, try_lock = _lock_query(sql.LOCK_QUEUES), _lock_query(sql.TRY_LOCK_QUEUES)
 
     def lane(statement: str) -> str:
         return _in_function(statement.replace("%(space)s", str(sql.QUEUE_LOCK_SPACE))).strip()
 
-    memo, claim = counted_sql.FAR_MEMO, _in_function(sql.COMPLETE_AND_CLAIM)
+    claim = _in_function(sql.COMPLETE_AND_CLAIM)
     return f"""
 #variable_conflict use_column
 DECLARE
     v_in_turn boolean := p_limited_room > cardinality(p_ids::uuid[]);
-    v_far_memo text := 'far:' || COALESCE(p_queues, '*');
-    v_far_before boolean;
     v_free bigint;
     p_lane_queue text;
 BEGIN
     IF p_limit <= {counted_sql.LANE_CLAIM} AND p_limited_room >= p_limit THEN
-        v_far_before := current_setting('{memo}', true) IS NOT DISTINCT FROM v_far_memo;
-        IF v_far_before THEN
-            p_lane_queue := ({lane(counted_sql.TAKE_LANE_UNCOUNTED)});
-        ELSE
-            p_lane_queue := ({lane(counted_sql.TAKE_LANE)});
-        END IF;
+        p_lane_queue := ({lane(counted_sql.TAKE_LANE)});
         IF p_lane_queue IS NOT NULL THEN
             v_free := ({_in_function(counted_sql.FREE_IN_LANE).strip()});
-            IF COALESCE(v_free >= {counted_sql.FAR_MEMO_MARGIN}, false) <> v_far_before THEN
-                PERFORM set_config('{memo}', CASE WHEN v_far_before THEN '' ELSE v_far_memo END, false);
-            END IF;
             IF NOT COALESCE(v_free >= {counted_sql.LANE_MARGIN}, false) THEN
                 p_limit := 0;
             END IF;

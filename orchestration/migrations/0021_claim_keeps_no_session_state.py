@@ -1,0 +1,24 @@
+"""``orchestration_complete_and_claim_counted`` keeps nothing in the session:
+a claim in a lane counts its queue's running runs before it takes the lane
+and once it holds it, every time, instead of noting in a session setting that
+its last count found the queue far from its limit (behind PgBouncer in
+transaction mode another client met that note). The other functions are
+created again as they are. Reversed, the function keeps its new body, which
+claims within the same limits."""
+
+from __future__ import annotations
+
+from django.db import migrations
+
+from orchestration.online_migrations import WithLockTimeout
+
+from orchestration import functions
+
+#: ``functions.fingerprint()`` of the text this migration was written for.
+FUNCTIONS_FINGERPRINT = "0cd6a371329b2a33"
+
+
+class Migration(migrations.Migration):
+    dependencies = [("orchestration", "0020_worker_abandoned_and_restarts")]
+
+    operations = [WithLockTimeout(migrations.RunSQL(functions.create_functions(), migrations.RunSQL.noop))]

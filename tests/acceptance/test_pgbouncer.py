@@ -18,10 +18,11 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import psycopg
 import pytest
 from django.db import connection
 
-from orchestration import start_workflow, start_workflows
+from orchestration import set_queue_limits, start_workflow, start_workflows
 from orchestration.models import Workflow, WorkflowStatus
 from tests.support import ROOT, run_burst, start_workers, worker_env
 
@@ -42,6 +43,19 @@ def free_port() -> int:
 @pytest.fixture
 def pgbouncer() -> Iterator[str]:
     """A PgBouncer in transaction mode in front of the test database; yields its DATABASE_URL."""
+    with running_pgbouncer(pool_size=4) as url:
+        yield url
+
+
+@pytest.fixture
+def pgbouncer_of_one_connection() -> Iterator[str]:
+    """``pgbouncer`` with one server connection, which every client's transactions share in turn."""
+    with running_pgbouncer(pool_size=1) as url:
+        yield url
+
+
+@contextlib.contextmanager
+def running_pgbouncer(pool_size: int) -> Iterator[str]:
     settings = connection.settings_dict
     user = settings["USER"] or "postgres"
     host = settings["HOST"] or "127.0.0.1"
@@ -61,7 +75,7 @@ unix_socket_dir =
 auth_type = trust
 auth_file = {directory / "userlist.txt"}
 pool_mode = transaction
-default_pool_size = 4
+default_pool_size = {pool_size}
 max_client_conn = 200
 ignore_startup_parameters = extra_float_digits,options
 logfile = {directory / "pgbouncer.log"}
@@ -102,6 +116,36 @@ def test_pgbouncer__runworkers_in_transaction_mode_completes_every_workflow(pgbo
     statuses = set(Workflow.objects.filter(pk__in=[w.pk for w in started]).values_list("status", flat=True))
     errors = set(Workflow.objects.exclude(error_message=None).values_list("error_message", flat=True))
     assert statuses == {WorkflowStatus.COMPLETED}, (errors, result.stderr[-3000:])
+
+
+#: A server connection's settings away from their built-in values (a library
+#: loaded adds its own at theirs), and the note the claim once kept in one.
+CHANGED_SETTINGS = """SELECT name, setting FROM pg_settings WHERE setting IS DISTINCT FROM boot_val UNION ALL
+SELECT 'orchestration.far_from_limit', current_setting('orchestration.far_from_limit', true)"""
+
+
+def server_connection(url: str) -> tuple[int, dict[str, str]]:
+    """The backend a new client of ``url`` is given, and its settings."""
+    with psycopg.connect(url, autocommit=True) as client:
+        ((pid,),) = client.execute("SELECT pg_backend_pid()").fetchall()
+        return pid, dict(client.execute(CHANGED_SETTINGS).fetchall())
+
+
+def test_pgbouncer__claims_in_a_limited_queues_lanes_leave_nothing_on_the_server_connection_for_the_next_client(
+    pgbouncer_of_one_connection: str,
+):
+    started = start_workflows("echo", [f"limited {n}" for n in range(60)])
+    set_queue_limits("default", concurrency=1000)  # far from its limit: the claims take its lanes
+    before = server_connection(pgbouncer_of_one_connection)
+    result = run_burst("--concurrency", "4", env=behind(pgbouncer_of_one_connection), timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert set(Workflow.objects.filter(pk__in=[w.pk for w in started]).values_list("status", flat=True)) == {
+        WorkflowStatus.COMPLETED
+    }
+    pid, settings = server_connection(pgbouncer_of_one_connection)
+    assert pid == before[0], "the same server connection"
+    changed = {name: (before[1].get(name), settings.get(name)) for name in {*before[1], *settings}}
+    assert {name: change for name, change in changed.items() if change[0] != change[1]} == {}
 
 
 def test_pgbouncer__listen_delivers_nothing_so_the_worker_says_so_and_polls(pgbouncer: str, workers):

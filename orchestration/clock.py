@@ -23,9 +23,11 @@ from django.conf import settings
 from django.db import connections
 from django.utils import timezone
 
-from . import sql
 from .conf import conf
 
+#: The database's clock: the moment this statement started, as the claim's
+#: ``run_after <= statement_timestamp()`` reads it.
+DATABASE_NOW = "SELECT statement_timestamp()"
 #: How long ``now`` advances a reading of the database's clock by the monotonic clock (seconds).
 REREAD = 60.0
 
@@ -41,7 +43,7 @@ def database_now(alias: str | None = None) -> datetime.datetime:
     global _last_read
     before = time.monotonic()
     with connections[alias or conf.DATABASE].cursor() as cursor:
-        cursor.execute(sql.DATABASE_NOW)
+        cursor.execute(DATABASE_NOW)
         read: datetime.datetime = cursor.fetchone()[0]
     if timezone.is_naive(read):  # USE_TZ = False: the connection's time zone is TIME_ZONE
         read = timezone.make_aware(read)

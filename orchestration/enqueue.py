@@ -20,8 +20,9 @@ from django.db import connections
 from django.db.models.base import ModelState
 from django.db.models.signals import post_init, pre_init
 
-from . import sql
+from .claim.wire import run
 from .errors import OrchestrationError
+from .listen import NOTIFY_CHANNEL
 from .models import ACTIVE_STATUSES, KeyScope, Workflow
 
 #: The columns the insert gives each row its own value of (and ``concurrency_key``
@@ -157,12 +158,12 @@ def _insert_rows(
         "ids": "{" + ",".join([workflow_id.hex for workflow_id in ids]) + "}",
         "inputs": inputs,
         "keys": json.dumps(keys),
-        "channel": sql.NOTIFY_CHANNEL,
+        "channel": NOTIFY_CHANNEL,
         "notify_queue": options["queue"],
     }
     if concurrency_keys is not None:
         params["concurrency_keys"] = json.dumps(concurrency_keys)
-    rows = sql.run(alias, statement, params)  # prepared, as the hot path's statements are
+    rows = run(alias, statement, params)  # prepared, as the hot path's statements are
     if not rows:
         return []
     attnames = [field.attname for field in fields]

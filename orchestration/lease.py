@@ -31,9 +31,12 @@ from django.db import DatabaseError, connections, transaction
 from django.db.models import F, Func, JSONField, Q, Value
 from django.db.models.functions import Coalesce, Now
 
-from . import sql, transitions, waits
+from . import transitions, waits
+from .claim import statements
+from .claim.wire import run
 from .conf import conf
 from .errors import CheckpointRefused, LeaseLost, RunCancelled
+from .listen import notify_new_work
 from .models import StepStatus, Workflow, WorkflowEvent, WorkflowStatus, WorkflowStep
 from .outages import is_outage
 from .retry import backoff_seconds, should_retry
@@ -152,7 +155,7 @@ class Lease:
     fresh: bool = False
     #: A completed step whose checkpoint goes with the run's next write.
     checkpoint: DeferredCheckpoint | None = None
-    #: The step the claim recorded running (see ``sql.COMPLETE_AND_CLAIM``),
+    #: The step the claim recorded running (see ``statements.COMPLETE_AND_CLAIM``),
     #: until the run reaches it; a run ending before that deletes it.
     placeholder: int | None = None
     #: time.monotonic() when it was claimed.
@@ -258,7 +261,7 @@ class Lease:
         A child wakes its waiting parent in the same transaction."""
         params = {**completion_params([(self, json.dumps(output))]), "worker": None, "queues": None, "limit": 0}
         with self._transaction_if(self.placeholder is not None or self.parent_id is not None):
-            rows = sql.run(conf.DATABASE, sql.CLAIM, params)
+            rows = run(conf.DATABASE, statements.CLAIM, params)
             if not rows[0][-1]:
                 self._lost()
             self.checkpoint = None
@@ -288,7 +291,7 @@ class Lease:
             _steps().filter(workflow_id=self.id, status=StepStatus.RUNNING).fail(
                 "released: the worker shut down during this step"
             )
-            sql.notify_new_work(conf.DATABASE, self.queue)
+            notify_new_work(conf.DATABASE, self.queue)
 
     @_through_outages
     def await_worker(self) -> None:
@@ -378,12 +381,12 @@ class Lease:
             self._refuse_checkpoint(exc)
 
     def _fenced(self, step: int | None = None, name: str | None = None) -> None:
-        """Run ``sql.FENCED_WRITE``, which writes nothing unless this run still
+        """Run ``statements.FENCED_WRITE``, which writes nothing unless this run still
         holds the workflow: the deferred checkpoint, and step ``step`` recorded
         running (none: the fence alone)."""
         params = {"id": self.id, "lease": self.lease_token, "step": step, "name": name, **self.checkpoint_params()}
         try:
-            rows = sql.run(conf.DATABASE, sql.FENCED_WRITE, params)
+            rows = run(conf.DATABASE, statements.FENCED_WRITE, params)
         except DatabaseError as exc:
             if self.checkpoint is None or connections[conf.DATABASE].in_atomic_block or is_outage(exc):
                 raise
@@ -405,7 +408,7 @@ class Lease:
     def checkpoint_params(self) -> dict[str, Any]:
         checkpoint = self.checkpoint
         if checkpoint is None:
-            return sql.NO_CHECKPOINT
+            return statements.NO_CHECKPOINT
         return {
             "checkpoint_step": checkpoint.number,
             "checkpoint_name": checkpoint.name,
@@ -437,7 +440,7 @@ class Lease:
 
 
 def completion_params(finished: list[tuple[Lease, str]]) -> dict[str, Any]:
-    """``sql.COMPLETE_AND_CLAIM``'s parameters that complete each ``(lease,
+    """``statements.COMPLETE_AND_CLAIM``'s parameters that complete each ``(lease,
     output as JSON text)``, with its deferred checkpoint; in id order, so that
     two batches lock their rows in one order."""
     finished = sorted(finished, key=lambda item: item[0].id.int)

@@ -1,5 +1,6 @@
-"""LISTEN connections: whether notifications arrive on one, and the process's
-listener for the ends of awaited runs.
+"""LISTEN and NOTIFY: the channel that announces new work (``notify_new_work``,
+heard by the workers' listener), whether notifications arrive on a LISTEN
+connection, and the process's listener for the ends of awaited runs.
 
 ``wait_for_result`` marks the run it waits for ``awaited``; the triggers of
 migrations 0010 and 0015 then NOTIFY ``RESULT_CHANNEL`` with the run's id when
@@ -22,10 +23,14 @@ from typing import Any
 from django.apps import apps
 from django.db import DatabaseError, connections
 
-from . import sql
 from .conf import conf
 
 logger = logging.getLogger(__name__)
+
+#: Channel on which ``start_workflow`` announces new work; the payload is the queue.
+NOTIFY_CHANNEL = "orchestration_new_work"
+LISTEN = f"LISTEN {NOTIFY_CHANNEL}"
+NOTIFY = "SELECT pg_notify(%s, %s)"
 
 #: Channel of an awaited run's end or delete (the triggers of migrations 0010, 0015); the payload is the run's id.
 RESULT_CHANNEL = "orchestration_result"
@@ -33,6 +38,13 @@ RESULT_CHANNEL = "orchestration_result"
 ROW_COLUMNS = ("id", "status", "workflow_type", "output_data", "error_message")
 
 Wake = Callable[[dict[str, Any] | None], object]
+
+
+def notify_new_work(alias: str, queue: str) -> None:
+    """Wake idle workers. Inside a transaction Postgres delivers it at commit,
+    so a rolled-back start never wakes anyone."""
+    with connections[alias].cursor() as cursor:
+        cursor.execute(NOTIFY, [NOTIFY_CHANNEL, queue])
 
 
 def notifications_arrive(pg: Any, channel: str, probe: str, on_other: Callable[[str], None]) -> bool:
@@ -46,7 +58,7 @@ def notifications_arrive(pg: Any, channel: str, probe: str, on_other: Callable[[
     sender = connections.create_connection(conf.DATABASE)
     try:
         with sender.cursor() as cursor:
-            cursor.execute(sql.NOTIFY, [channel, probe])
+            cursor.execute(NOTIFY, [channel, probe])
     finally:
         sender.close()
     for notice in pg.notifies(timeout=5.0):

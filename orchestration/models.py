@@ -326,7 +326,7 @@ class WorkflowQueue(models.Model):
 
     No row (or a row with every limit None, not paused) means no limit. Rows are
     written by ``orchestration.flow`` (the settings' defaults, ``set_queue_limits``,
-    ``pause_queue``, ``resume_queue``, the admin) and read by ``sql.COMPLETE_AND_CLAIM_LIMITED``.
+    ``pause_queue``, ``resume_queue``, the admin) and read by the limit-aware claims (``claim.statements``).
     """
 
     name = models.CharField(max_length=100, primary_key=True)

@@ -16,7 +16,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from django.db import transaction
+from django.db import connections, transaction
 from django.db.models.functions import Now
 
 from . import transitions, worker_rows
@@ -24,7 +24,6 @@ from .conf import conf
 from .errors import InvalidTransition
 from .models import StepStatus, Workflow, WorkflowStatus, WorkflowStep
 from .retry import should_retry
-from .sql import try_reclaim_lock
 
 if TYPE_CHECKING:
     from .lease import Lease
@@ -33,8 +32,19 @@ logger = logging.getLogger(__name__)
 
 WORKER_LOST = "worker lost"
 
+#: Key of the transaction-level advisory lock that lets one process at a time
+#: sweep stuck workflows; the others skip the sweep instead of waiting.
+RECLAIM_LOCK_KEY = 0x6F7263686573  # "orches"
+
 #: The columns ``_reclaim`` decides on.
 _DECIDES_ON = ("id", "attempts", "max_retries", "current_step", "worker_deaths", "lost_at_step", "worker_id")
+
+
+def try_reclaim_lock(alias: str) -> bool:
+    """Take the sweep lock for the current transaction, or return False at once."""
+    with connections[alias].cursor() as cursor:
+        cursor.execute("SELECT pg_try_advisory_xact_lock(%s)", [RECLAIM_LOCK_KEY])
+        return bool(cursor.fetchone()[0])
 
 
 def heartbeat(leases: list[Lease]) -> list[Lease]:

@@ -34,9 +34,10 @@ from django.db.models import (
 )
 from django.db.models.functions import Cast, Coalesce, Greatest, JSONObject, Least, Now
 
-from . import sql, waits
+from . import waits
 from .conf import conf
 from .errors import InvalidTransition
+from .listen import notify_new_work
 from .models import FINISHED_STATUSES, StepStatus, Workflow, WorkflowEvent, WorkflowStatus, WorkflowStep
 from .validation import check_text, to_json_value
 
@@ -65,7 +66,7 @@ class Move:
 
 
 MOVES: dict[str, Move] = {
-    # Written by sql.COMPLETE_AND_CLAIM:
+    # Written by the claim (claim.statements.COMPLETE_AND_CLAIM):
     "claim": Move((PENDING,), RUNNING, (Actor.WORKER,)),
     "complete": Move((RUNNING,), COMPLETED, (Actor.WORKER,)),
     # The worker's, on its fenced row:
@@ -277,7 +278,7 @@ def operator_move(
             ).delete()
             _run_again_from(workflow_id, discard_steps_after + 1, verb)
         if notify:
-            sql.notify_new_work(alias, current.queue)
+            notify_new_work(alias, current.queue)
     return current
 
 

@@ -19,8 +19,8 @@ from typing import Any
 from django.db.models import Q
 from django.db.models.functions import Now
 
-from . import sql
 from .conf import conf
+from .listen import notify_new_work
 from .models import FINISHED_STATUSES, StepStatus, Workflow, WorkflowEvent, WorkflowStatus, WorkflowStep
 
 #: ``run_after`` of a workflow that waits with no time limit: only ``send_event``
@@ -151,7 +151,7 @@ def wake_event_waiter(workflow_id: uuid.UUID, name: str, queue: str) -> None:
     """Event ``name`` arrived: a workflow waiting for it becomes due now."""
     waiting = _workflows().filter(pk=workflow_id, status=WorkflowStatus.PENDING, waiting_for=waiting_for_event(name))
     if waiting.update(run_after=None):
-        sql.notify_new_work(conf.DATABASE, queue)
+        notify_new_work(conf.DATABASE, queue)
 
 
 def wake_parents(finished: Mapping[uuid.UUID, uuid.UUID]) -> None:
@@ -197,7 +197,7 @@ def wake_parents(finished: Mapping[uuid.UUID, uuid.UUID]) -> None:
         waiting = {pk: queue for pk, queue in waiting.items() if pk in parents or pk in awaiting}
     if waiting and _workflows().filter(pk__in=waiting).update(run_after=None):
         for queue in sorted(set(waiting.values())):
-            sql.notify_new_work(conf.DATABASE, queue)
+            notify_new_work(conf.DATABASE, queue)
 
 
 def _forks_of(runs: set[uuid.UUID]) -> set[uuid.UUID]:

@@ -11,7 +11,7 @@ gone for a day.
 
 The rows are for watching, and one hint: a process sizes how far it claims
 ahead under a concurrency limit by the live rows serving the queue
-(``flow.concurrency_share``); no guarantee rests on them. A failure to write
+(``claim.rules.concurrency_share``); no guarantee rests on them. A failure to write
 one (the table not migrated yet, say) is logged, never raised into the worker.
 """
 

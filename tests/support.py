@@ -21,9 +21,9 @@ import psycopg
 from asgiref.sync import sync_to_async
 from django.db import connection, connections
 
-from orchestration import claims
+from orchestration.claim import claims
+from orchestration.listen import NOTIFY_CHANNEL
 from orchestration.models import Workflow, WorkflowStatus
-from orchestration.sql import NOTIFY_CHANNEL
 from orchestration.worker import execute
 
 ROOT = Path(__file__).resolve().parent.parent

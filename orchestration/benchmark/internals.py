@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from orchestration import claims, sql
+from orchestration.claim import claims, statements
 from orchestration.conf import conf
 
 
@@ -22,4 +22,4 @@ def claim_sql_for_explain(batch: int) -> tuple[list[str], str, dict[str, Any]]:
     """The session settings the workers plan their claim under, then the claim
     of ``batch`` runs and its parameters, for ``EXPLAIN``."""
     statement, params = claims.claim_statement("benchmark-explain", None, [], batch)
-    return [sql.INDEX_PLANS_ONLY], statement, params
+    return [statements.INDEX_PLANS_ONLY], statement, params

@@ -4,7 +4,7 @@ rate limits), a run's ``concurrency_key``, and what the limit-aware claim reads.
 Two indexes are written in SQL: they order pending runs by ``-priority::bigint``
 rather than ``priority DESC``, so that no plan can answer their queries with
 the claim index instead (its ordered scan, filtered by queue or key, would walk
-every other queue's or key's backlog; see ``sql.COMPLETE_AND_CLAIM_LIMITED``):
+every other queue's or key's backlog; see ``claim.statements.COMPLETE_AND_CLAIM_LIMITED``):
 
 - ``idx_workflows_queue_claim``: a queue's pending runs, those without a key
   apart from those with one, each in claim order;

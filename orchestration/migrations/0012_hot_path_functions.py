@@ -1,5 +1,5 @@
 """The worker's hot statements as functions, ``orchestration_fenced_write``
-and ``orchestration_complete_and_claim`` (see ``orchestration.functions``)."""
+and ``orchestration_complete_and_claim`` (see ``orchestration.claim.functions``)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from django.db import migrations
 
 from orchestration.online_migrations import WithLockTimeout
 
-from orchestration import functions
+from orchestration.claim import functions
 
 #: The functions this migration creates.
 NAMES = ("orchestration_fenced_write", "orchestration_complete_and_claim")

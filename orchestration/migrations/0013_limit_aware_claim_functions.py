@@ -1,6 +1,6 @@
 """The limit-aware claims, each with its lock, as functions
 ``orchestration_complete_and_claim_counted`` and
-``orchestration_complete_and_claim_limited`` (see ``orchestration.functions``);
+``orchestration_complete_and_claim_limited`` (see ``orchestration.claim.functions``);
 the other functions are created again as they are."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from django.db import migrations
 
 from orchestration.online_migrations import WithLockTimeout
 
-from orchestration import functions
+from orchestration.claim import functions
 
 #: The functions this migration adds.
 NAMES = ("orchestration_complete_and_claim_counted", "orchestration_complete_and_claim_limited")

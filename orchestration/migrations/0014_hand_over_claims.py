@@ -1,5 +1,5 @@
 """``orchestration_complete_and_claim_counted`` hands over the slots of the runs
-it completes without the queue's lock (see ``orchestration.functions``); the
+it completes without the queue's lock (see ``orchestration.claim.functions``); the
 other functions are created again as they are. Reversed, the function keeps
 its new body, which claims within the same limits."""
 
@@ -9,7 +9,7 @@ from django.db import migrations
 
 from orchestration.online_migrations import WithLockTimeout
 
-from orchestration import functions
+from orchestration.claim import functions
 
 #: ``functions.fingerprint()`` of the text this migration was written for.
 FUNCTIONS_FINGERPRINT = "890dc63a2c4120ba"

@@ -1,6 +1,6 @@
 """``orchestration_complete_and_claim_counted`` claims in lanes, without taking
 its queue's turn, while the queue is far from its concurrency limit (see
-``orchestration.functions``); the other functions are created again as they
+``orchestration.claim.functions``); the other functions are created again as they
 are. Reversed, the function keeps its new body, which claims within the same limits."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from django.db import migrations
 
 from orchestration.online_migrations import WithLockTimeout
 
-from orchestration import functions
+from orchestration.claim import functions
 
 #: ``functions.fingerprint()`` of the text this migration was written for.
 FUNCTIONS_FINGERPRINT = "7c63910e590c6b6f"

@@ -12,10 +12,10 @@ from django.db import migrations
 
 from orchestration.online_migrations import WithLockTimeout
 
-from orchestration import functions
+from orchestration.claim import functions
 
 #: ``functions.fingerprint()`` of the text this migration was written for.
-FUNCTIONS_FINGERPRINT = "0cd6a371329b2a33"
+FUNCTIONS_FINGERPRINT = "d3527ffbd61eafeb"
 
 
 class Migration(migrations.Migration):

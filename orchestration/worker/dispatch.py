@@ -23,7 +23,7 @@ ahead that waited too long goes back to pending for any worker
 (``release_waiting``). Under a queue's concurrency limit it claims ahead too,
 and a run waiting holds a slot like a running one (claiming nothing ahead
 there kept the threads waiting on every claim), but only up to the
-process's share of the limit (``flow.concurrency_share``): one process
+process's share of the limit (``claim.rules.concurrency_share``): one process
 claiming ahead must not hold the slots the threads of the others would run. A
 thread asking is always claimed for, share or not. A process that also serves
 queues without such a limit claims ahead there as it would without it: the
@@ -43,9 +43,9 @@ import time
 
 from django.db import DatabaseError
 
-from ..claims import FinishedRun, finish_and_claim, only_handed_over
+from ..claim.claims import FinishedRun, finish_and_claim, only_handed_over
+from ..claim.rules import RulesCache
 from ..errors import LeaseLost
-from ..flow import RulesCache
 from ..lease import Lease
 from ..observability import logs
 from ..outages import is_outage

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any, cast
 
 from .. import clock
-from ..claims import FinishedRun
+from ..claim.claims import FinishedRun
 from ..ctx import async_context
 from ..ctx.async_context import AsyncWorkflowContext
 from ..ctx.context import WorkflowContext

@@ -15,10 +15,10 @@ from collections.abc import Callable
 
 from django.db import DatabaseError, connections
 
-from .. import recovery, sql, worker_rows
+from .. import recovery, worker_rows
 from ..conf import conf
 from ..ctx import timeouts
-from ..listen import notifications_arrive
+from ..listen import LISTEN, NOTIFY_CHANNEL, notifications_arrive, notify_new_work
 from ..schedules import Scheduler, scheduled_workflows
 from .dispatch import Dispatcher
 
@@ -71,7 +71,7 @@ class Services:
         a second longer to exit. (Other processes' listeners wake a thread for
         it, as for any probe.) A database that is down has nothing to wait on."""
         with contextlib.suppress(DatabaseError):
-            sql.notify_new_work(conf.DATABASE, self._probe)
+            notify_new_work(conf.DATABASE, self._probe)
 
     def _watched(self, name: str, loop: Callable[[], None]) -> None:
         """Run ``loop`` on this thread's own connection; report it (from its
@@ -133,9 +133,9 @@ class Services:
                 connection = connections[conf.DATABASE]
                 connection.ensure_connection()
                 pg = connection.connection
-                pg.execute(sql.LISTEN)
+                pg.execute(LISTEN)
                 # Real work announced during the probe wakes every thread.
-                if not notifications_arrive(pg, sql.NOTIFY_CHANNEL, self._probe, lambda _: self.dispatcher.wake_all()):
+                if not notifications_arrive(pg, NOTIFY_CHANNEL, self._probe, lambda _: self.dispatcher.wake_all()):
                     logger.warning(
                         "worker %s: LISTEN receives nothing on this connection (a pooler in transaction mode, "
                         "such as PgBouncer?); polling every %ss instead",

@@ -12,7 +12,8 @@ from django.db import connection, connections, transaction
 from django.db.models import Count
 from django.utils import timezone
 
-from orchestration import claims, start_workflow
+from orchestration import start_workflow
+from orchestration.claim import claims
 from orchestration.models import Workflow, WorkflowStep
 from tests.support import run_burst, start_workers
 from tests.testapp.models import StepRun

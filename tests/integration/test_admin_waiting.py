@@ -11,7 +11,8 @@ from django.contrib.admin.models import CHANGE, LogEntry
 from django.urls import reverse
 from django.utils import timezone
 
-from orchestration import claims, start_workflow, waits
+from orchestration import start_workflow, waits
+from orchestration.claim import claims
 from orchestration.models import Workflow, WorkflowEvent
 from orchestration.reports import stats
 from orchestration.worker import execute

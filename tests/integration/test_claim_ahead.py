@@ -13,8 +13,9 @@ from typing import Any
 import pytest
 from django.core.checks import Error
 
-from orchestration import claims, start_workflows, workflow
+from orchestration import start_workflows, workflow
 from orchestration.checks import check_settings
+from orchestration.claim import claims
 from orchestration.models import Workflow, WorkflowStatus
 from orchestration.worker import CLAIM_AHEAD_WHILE_RUNS_UNDER, MOST_CLAIMED_AHEAD_A_THREAD, Outcome, Worker
 from tests.support import new_work_listener

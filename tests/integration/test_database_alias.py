@@ -9,7 +9,8 @@ from django.conf import settings
 from django.db import transaction
 from django.test.utils import override_settings
 
-from orchestration import cancel_workflow, claims, start_workflow, start_workflows
+from orchestration import cancel_workflow, start_workflow, start_workflows
+from orchestration.claim import claims
 from orchestration.models import Workflow, WorkflowStatus, WorkflowStep
 from orchestration.reports.stats import success_rate
 from orchestration.worker import execute

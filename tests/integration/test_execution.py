@@ -7,7 +7,8 @@ import uuid
 import pytest
 from django.utils import timezone
 
-from orchestration import claims, start_workflow
+from orchestration import start_workflow
+from orchestration.claim import claims
 from orchestration.models import Workflow, WorkflowStep
 from tests.factories import WorkflowFactory, WorkflowStepFactory
 from tests.support import drain

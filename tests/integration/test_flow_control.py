@@ -28,18 +28,16 @@ from orchestration import (
     InvalidQueueLimit,
     InvalidWorkflowInput,
     UnknownQueue,
-    claims,
-    counted_sql,
     flow,
     pause_queue,
     resume_queue,
     set_queue_limits,
-    sql,
     start_workflow,
     start_workflows,
     workflow,
 )
 from orchestration.checks import check_settings
+from orchestration.claim import claims, rules, statements
 from orchestration.models import QueueStart, Workflow, WorkflowQueue, WorkflowStatus
 from orchestration.worker import Outcome, Worker, dispatch
 from tests.acceptance.test_runworkers import wait_for
@@ -224,7 +222,7 @@ def in_another_claims_turn(queue: str) -> Iterator[None]:
     with other_connection(autocommit=False) as other:
         other.execute(
             "SELECT pg_advisory_xact_lock(%s + lane, hashtext(%s)) FROM generate_series(0, %s) AS lane",
-            [sql.QUEUE_LOCK_SPACE, queue, sql.QUEUE_LANES],
+            [statements.QUEUE_LOCK_SPACE, queue, statements.QUEUE_LANES],
         )
         with giving_up_lock_waits_after_200ms():
             yield
@@ -291,34 +289,34 @@ def test_claim__far_from_the_limit__claims_beside_a_claim_in_flight_without_wait
 def test_claim__far_from_the_limit__waits_for_a_claim_in_its_turn():
     start_workflows("fc_noop", range(100))
     set_queue_limits("fc", concurrency=1000)
-    in_its_turn = a_claim_in_flight(limit=counted_sql.LANE_CLAIM + 1)  # too many for a lane
+    in_its_turn = a_claim_in_flight(limit=statements.LANE_CLAIM + 1)  # too many for a lane
     with in_its_turn, giving_up_lock_waits_after_200ms(), pytest.raises(OperationalError, match="lock timeout"):
         claim(limit=3)
-    assert running("fc") == counted_sql.LANE_CLAIM + 1
+    assert running("fc") == statements.LANE_CLAIM + 1
 
 
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize(
     "limit",
-    [counted_sql.LANE_MARGIN + 5, 3 * counted_sql.LANE_MARGIN + 5],
+    [statements.LANE_MARGIN + 5, 3 * statements.LANE_MARGIN + 5],
     ids=["near from the start", "far, then near"],
 )
 def test_claim__claims_in_flight_side_by_side_near_the_limit__take_no_more_than_it__and_fill_it(limit: int):
     start_workflows("fc_noop", range(limit + 100))
     set_queue_limits("fc", concurrency=limit)
-    start = threading.Barrier(sql.QUEUE_LANES + 2)
+    start = threading.Barrier(statements.QUEUE_LANES + 2)
 
     def claim_in_turns() -> None:
         try:
             start.wait(10)
             for _ in range(4):
                 with transaction.atomic():
-                    claims.claim("w", None, counted_sql.LANE_CLAIM)
+                    claims.claim("w", None, statements.LANE_CLAIM)
                     time.sleep(0.05)  # uncommitted beside the others' claims
         finally:
             connection.close()
 
-    threads = [threading.Thread(target=claim_in_turns) for _ in range(sql.QUEUE_LANES + 2)]
+    threads = [threading.Thread(target=claim_in_turns) for _ in range(statements.QUEUE_LANES + 2)]
     for thread in threads:
         thread.start()
     for thread in threads:
@@ -355,7 +353,7 @@ def test_claim__within_a_lanes_margin_of_the_limit__takes_its_turn():
     start_workflows("fc_noop", range(10))
     set_queue_limits("fc", concurrency=1000)
     claim(limit=3)
-    set_queue_limits("fc", concurrency=3 + counted_sql.LANE_MARGIN - 1)
+    set_queue_limits("fc", concurrency=3 + statements.LANE_MARGIN - 1)
     assert counted_claim(3) == (3, 2)  # before the lane, then in its turn
     assert running("fc") == 6
 
@@ -448,7 +446,7 @@ def test_claim__a_limited_queue_claims_by_priority_then_age():
 
 def generic_plan(statement: str, params: dict[str, Any]) -> str:
     """The workers' plan of ``statement``: its prepared generic plan under
-    ``sql.INDEX_PLANS_ONLY_NO_JIT``, run with ``params`` (EXPLAIN ANALYZE, BUFFERS)."""
+    ``statements.INDEX_PLANS_ONLY_NO_JIT``, run with ``params`` (EXPLAIN ANALYZE, BUFFERS)."""
     names = list(dict.fromkeys(re.findall(r"%\((\w+)\)s", statement)))
     text = re.sub(r"%\((\w+)\)s", lambda match: f"${names.index(match.group(1)) + 1}", statement)
 
@@ -456,7 +454,7 @@ def generic_plan(statement: str, params: dict[str, Any]) -> str:
         return "NULL" if value is None else "'" + str(value).replace("'", "''") + "'"
 
     with connection.cursor() as cursor:
-        cursor.execute(sql.INDEX_PLANS_ONLY_NO_JIT)
+        cursor.execute(statements.INDEX_PLANS_ONLY_NO_JIT)
         cursor.execute("PREPARE flow_claim AS " + text)
         arguments = ", ".join(literal(params[name]) for name in names)
         cursor.execute(f"EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) EXECUTE flow_claim({arguments})")
@@ -474,14 +472,14 @@ def buffers(plan: str, node: str) -> int:
 def test_taking_a_lane__counts_the_queues_running_runs_once():
     start_workflows("fc_noop", range(3))
     set_queue_limits("fc", concurrency=1000)
-    plan = generic_plan(counted_sql.TAKE_LANE, {"queues": None, "space": sql.QUEUE_LOCK_SPACE})
+    plan = generic_plan(statements.TAKE_LANE, {"queues": None, "space": statements.QUEUE_LOCK_SPACE})
     assert len(re.findall(r" on workflows ", plan)) == 1, plan
 
 
 def test_counting_in_a_lane__counts_the_queues_running_runs_once():
     start_workflows("fc_noop", range(3))
     set_queue_limits("fc", concurrency=1000)
-    plan = generic_plan(counted_sql.FREE_IN_LANE, {"queues": None, "lane_queue": "fc"})
+    plan = generic_plan(statements.FREE_IN_LANE, {"queues": None, "lane_queue": "fc"})
     assert len(re.findall(r" on workflows ", plan)) == 1, plan
 
 
@@ -569,16 +567,16 @@ def test_claim_plan__runs_completed_in_the_claim__given_back_without_reading_the
 
 
 def test_rules__a_worker_reads_them_again_once_a_poll_interval():
-    cache = flow.RulesCache(["fc"], interval=3600)
-    assert cache.current() == flow.Rules()
+    cache = rules.RulesCache(["fc"], interval=3600)
+    assert cache.current() == rules.Rules()
     set_queue_limits("fc", concurrency=2)
-    assert cache.current() == flow.Rules(), "not before the interval has passed"
-    assert flow.RulesCache(["fc"], interval=0).current() == flow.Rules(limited=True)
-    assert flow.rules_of(["fc_free"]) == flow.Rules()
+    assert cache.current() == rules.Rules(), "not before the interval has passed"
+    assert rules.RulesCache(["fc"], interval=0).current() == rules.Rules(limited=True)
+    assert rules.rules_of(["fc_free"]) == rules.Rules()
     set_queue_limits("fc_free", concurrency=None)  # a row with no limit, not paused, limits nothing
-    assert flow.rules_of(["fc_free"]) == flow.Rules()
+    assert rules.rules_of(["fc_free"]) == rules.Rules()
     pause_queue("fc_free")
-    assert flow.rules_of(None) == flow.rules_of(["fc_free"]) == flow.Rules(limited=True)
+    assert rules.rules_of(None) == rules.rules_of(["fc_free"]) == rules.Rules(limited=True)
 
 
 def test_dispatcher__runs_claimed_ahead_count_against_the_concurrency_limit():
@@ -596,8 +594,8 @@ def test_concurrency_share__the_limit_split_among_the_live_processes_serving_the
     WorkflowWorkerFactory(queues=["fc", "other"], concurrency=2)
     WorkflowWorkerFactory(queues=["other"], concurrency=8)
     WorkflowWorkerFactory(queues=None, concurrency=8, gone_at=timezone.now())
-    assert flow.concurrency_share(["fc"], "this-worker", threads=4) == 4  # 10 x 4 of 4 + 4 + 2 threads
-    assert flow.concurrency_share(["fc_free"], "this-worker", threads=4) is None
+    assert rules.concurrency_share(["fc"], "this-worker", threads=4) == 4  # 10 x 4 of 4 + 4 + 2 threads
+    assert rules.concurrency_share(["fc_free"], "this-worker", threads=4) is None
 
 
 def test_dispatcher__claims_ahead_no_further_than_its_share_of_the_concurrency_limit():
@@ -677,10 +675,10 @@ def test_dispatcher__holding_its_whole_share__completes_a_finished_run_with_its_
 def test_rules__a_per_key_or_rate_limit_needs_the_full_limited_claim__a_concurrency_limit_or_a_pause_do_not():
     set_queue_limits("fc", concurrency=2)
     pause_queue("fc_free")
-    assert flow.rules_of(None) == flow.Rules(limited=True, keys_or_rates=False)
+    assert rules.rules_of(None) == rules.Rules(limited=True, keys_or_rates=False)
     set_queue_limits("fc_keys", key_rate_limit="1/s")
-    assert flow.rules_of(None) == flow.Rules(limited=True, keys_or_rates=True)
-    assert flow.rules_of(["fc", "fc_free"]) == flow.Rules(limited=True, keys_or_rates=False)
+    assert rules.rules_of(None) == rules.Rules(limited=True, keys_or_rates=True)
+    assert rules.rules_of(["fc", "fc_free"]) == rules.Rules(limited=True, keys_or_rates=False)
 
 
 # -- the admin and the command -----------------------------------------------------------

@@ -19,7 +19,8 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 import orchestration.migrations
-from orchestration import claims, functions, recovery, sql, start_workflow, start_workflows, workflow
+from orchestration import recovery, start_workflow, start_workflows, workflow
+from orchestration.claim import claims, functions, statements, wire
 from orchestration.errors import RunCancelled
 from orchestration.lease import Lease
 from orchestration.models import StepStatus, Workflow, WorkflowStatus, WorkflowStep
@@ -223,7 +224,7 @@ def test_claim_plan__is_an_index_scan_that_stops_early__with_a_deep_backlog_and_
     start_workflows("perf_one_step", range(10_000))
     statement, params = claims.claim_statement("w", None, [], 4)
     with connection.cursor() as cursor:
-        cursor.execute(sql.INDEX_PLANS_ONLY)  # as the claim's function sets them, for this transaction
+        cursor.execute(statements.INDEX_PLANS_ONLY)  # as the claim's function sets them, for this transaction
         cursor.execute("EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) " + statement, params)
         plan = "\n".join(row[0] for row in cursor.fetchall())
     assert "Index Scan using idx_workflows_claim" in plan, plan
@@ -231,7 +232,7 @@ def test_claim_plan__is_an_index_scan_that_stops_early__with_a_deep_backlog_and_
 
 
 #: The claim as its function runs it (``functions.CLAIM_BODY``): its limit a parameter.
-CLAIM_WITH_ITS_LIMIT_BOUND = sql.COMPLETE_AND_CLAIM.replace("{limit}", "%(limit)s::integer")
+CLAIM_WITH_ITS_LIMIT_BOUND = statements.COMPLETE_AND_CLAIM.replace("{limit}", "%(limit)s::integer")
 
 
 def _plan(statement: str, params: Any) -> str:
@@ -242,7 +243,7 @@ def _plan(statement: str, params: Any) -> str:
 
 def _stale_statistics_with_a_half_drained_backlog() -> list[Lease]:
     """Statistics of an empty table, then 6,000 queued and 3,000 claimed: the
-    planner, left alone, reads every queued row per claim (see sql.INDEX_PLANS_ONLY)."""
+    planner, left alone, reads every queued row per claim (see statements.INDEX_PLANS_ONLY)."""
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE workflows, workflow_steps")
     start_workflows("perf_one_step", range(6_000))
@@ -252,7 +253,7 @@ def _stale_statistics_with_a_half_drained_backlog() -> list[Lease]:
 def test_hot_path_plans__with_index_plans_only__stay_index_lookups_with_stale_statistics():
     runs = _stale_statistics_with_a_half_drained_backlog()
     with connection.cursor() as cursor:
-        cursor.execute(sql.INDEX_PLANS_ONLY)  # as the functions' SET clauses do
+        cursor.execute(statements.INDEX_PLANS_ONLY)  # as the functions' SET clauses do
     claim_plan = _plan(*claims.claim_statement("w", None, [], 4))
     assert "Index Scan using idx_workflows_claim" in claim_plan, claim_plan
     finished = [claims.FinishedRun(run, "null", 0.0) for run in runs[:4]]
@@ -275,7 +276,7 @@ def test_claim_generic_plan__reads_the_steps_of_the_claimed_runs_only__with_many
     )
     pg = connection.connection
     pg.execute("ANALYZE workflows, workflow_steps")
-    pg.execute(sql.INDEX_PLANS_ONLY)
+    pg.execute(statements.INDEX_PLANS_ONLY)
     # A claim as large as a whole process's threads and more: claiming ahead makes them.
     params = {**claims.claim_params("w", None, []), "limit": 400}
     psycopg.Cursor(pg).execute(CLAIM_WITH_ITS_LIMIT_BOUND, params, prepare=True)
@@ -298,7 +299,7 @@ def test_claim_generic_plan__with_stale_statistics__reads_each_table_by_an_index
         run.defer_checkpoint(1, "only", json.dumps(None))
     finished = [claims.FinishedRun(run, "null", 0.0) for run in runs[:4]]
     pg = connection.connection
-    pg.execute(sql.INDEX_PLANS_ONLY)
+    pg.execute(statements.INDEX_PLANS_ONLY)
     plan = _plan(CLAIM_WITH_ITS_LIMIT_BOUND, {**claims.claim_params("w", None, finished), "limit": 4})
     scans = plan.split("->")
     unbounded = [scan for scan in scans if " Scan using " in scan and "Index Cond" not in scan.split("->")[0]]
@@ -397,7 +398,7 @@ def test_completions_written_together__one_the_database_refuses_fails_alone_and_
 
 @pytest.mark.django_db(transaction=True)
 def test_run__after_its_connection_was_closed__runs_on_the_new_one():
-    (before,) = sql.run(connection.alias, "SELECT pg_backend_pid()", None)
+    (before,) = wire.run(connection.alias, "SELECT pg_backend_pid()", None)
     connection.close()
-    (after,) = sql.run(connection.alias, "SELECT pg_backend_pid()", None)
+    (after,) = wire.run(connection.alias, "SELECT pg_backend_pid()", None)
     assert after != before

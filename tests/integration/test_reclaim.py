@@ -2,7 +2,8 @@
 
 import pytest
 
-from orchestration import claims, recovery, start_workflow
+from orchestration import recovery, start_workflow
+from orchestration.claim import claims
 from orchestration.models import Workflow, WorkflowStep, WorkflowWorker
 from tests.factories import WorkflowWorkerFactory
 

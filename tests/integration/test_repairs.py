@@ -2,8 +2,9 @@
 
 import pytest
 
-from orchestration import InvalidTransition, InvalidWorkflowInput, claims, start_workflow
+from orchestration import InvalidTransition, InvalidWorkflowInput, start_workflow
 from orchestration.api import requeue_stuck, retry_from_step, skip_step
+from orchestration.claim import claims
 from orchestration.errors import LeaseLost
 from orchestration.models import Workflow, WorkflowStep
 from tests.admin_support import failed_three_steps, stuck_running

@@ -1,5 +1,5 @@
-"""``sql.run`` outside a transaction sends the hot statements on the server
-connection itself (``orchestration.direct``): the same rows, types, errors and
+"""``wire.run`` outside a transaction sends the hot statements on the server
+connection itself (``orchestration.claim.wire``): the same rows, types, errors and
 transactions as psycopg's cursor gives them."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import uuid
 import pytest
 from django.db import DataError, OperationalError, connection, transaction
 
-from orchestration import sql
+from orchestration.claim import wire
 from tests.support import other_connection
 
 pytestmark = pytest.mark.django_db(transaction=True)  # autocommit, as a worker runs
@@ -40,12 +40,12 @@ def test_run__returns_the_rows_and_types_the_cursor_returns():
     with connection.cursor() as cursor:
         cursor.execute(TYPED, PARAMS)
         expected = cursor.fetchall()
-    assert sql.run(connection.alias, TYPED, PARAMS) == expected
+    assert wire.run(connection.alias, TYPED, PARAMS) == expected
     assert expected[0][6] is True and expected[0][8] == "50%"
 
 
 def test_run__positional_placeholders__are_bound_in_their_order():
-    assert sql.run(connection.alias, "SELECT %s::integer - %s::integer", (10, 3)) == [(7,)]
+    assert wire.run(connection.alias, "SELECT %s::integer - %s::integer", (10, 3)) == [(7,)]
 
 
 def test_run__with_a_preparing_connection__prepares_its_statement_once():
@@ -53,22 +53,22 @@ def test_run__with_a_preparing_connection__prepares_its_statement_once():
     if connection.connection.prepare_threshold is None:
         pytest.skip("this connection prepares nothing (prepare_threshold None)")
     for n in range(3):
-        assert sql.run(connection.alias, "SELECT %(n)s::integer + 1", {"n": n}) == [(n + 1,)]
+        assert wire.run(connection.alias, "SELECT %(n)s::integer + 1", {"n": n}) == [(n + 1,)]
     assert _prepared_here() == 1
 
 
 def test_run__after_its_prepared_statements_were_deallocated__prepares_them_again():
-    sql.run(connection.alias, "SELECT %(n)s::integer", {"n": 1})
+    wire.run(connection.alias, "SELECT %(n)s::integer", {"n": 1})
     with connection.cursor() as cursor:
         cursor.execute("DEALLOCATE ALL")
-    assert sql.run(connection.alias, "SELECT %(n)s::integer", {"n": 2}) == [(2,)]
+    assert wire.run(connection.alias, "SELECT %(n)s::integer", {"n": 2}) == [(2,)]
 
 
 def test_run__without_prepare_threshold__leaves_no_statement_prepared():
     connection.ensure_connection()
     connection.connection.prepare_threshold = None
     try:
-        assert sql.run(connection.alias, "SELECT %(n)s::integer", {"n": 3}) == [(3,)]
+        assert wire.run(connection.alias, "SELECT %(n)s::integer", {"n": 3}) == [(3,)]
         assert _prepared_here() == 0
     finally:
         connection.close()  # the next test's connection prepares as configured
@@ -77,23 +77,23 @@ def test_run__without_prepare_threshold__leaves_no_statement_prepared():
 def test_run__inside_atomic__runs_in_its_transaction():
     read = "SELECT current_setting('orchestration.test_mark', true)"
     with transaction.atomic():
-        sql.run(connection.alias, "SELECT set_config('orchestration.test_mark', %(mark)s, true)", {"mark": "inside"})
-        assert sql.run(connection.alias, read, None) == [("inside",)]
-    assert sql.run(connection.alias, read, None) in ([("",)], [(None,)])
+        wire.run(connection.alias, "SELECT set_config('orchestration.test_mark', %(mark)s, true)", {"mark": "inside"})
+        assert wire.run(connection.alias, read, None) == [("inside",)]
+    assert wire.run(connection.alias, read, None) in ([("",)], [(None,)])
 
 
 def test_run__an_error__is_djangos_class_for_it__and_the_connection_goes_on():
     with pytest.raises(DataError, match="uuid"):
-        sql.run(connection.alias, "SELECT %(id)s::uuid", {"id": "not a uuid"})
-    assert sql.run(connection.alias, "SELECT %(n)s::integer", {"n": 5}) == [(5,)]
+        wire.run(connection.alias, "SELECT %(id)s::uuid", {"id": "not a uuid"})
+    assert wire.run(connection.alias, "SELECT %(n)s::integer", {"n": 5}) == [(5,)]
 
 
 def test_run__on_a_terminated_server_connection__raises_operational_error__then_reconnects():
-    ((pid,),) = sql.run(connection.alias, "SELECT pg_backend_pid()", None)
+    ((pid,),) = wire.run(connection.alias, "SELECT pg_backend_pid()", None)
     with other_connection() as other:
         other.execute("SELECT pg_terminate_backend(%s)", [pid])
     with pytest.raises(OperationalError):
-        sql.run(connection.alias, "SELECT %(n)s::integer", {"n": 1})
+        wire.run(connection.alias, "SELECT %(n)s::integer", {"n": 1})
     connection.close_if_unusable_or_obsolete()
-    ((again,),) = sql.run(connection.alias, "SELECT pg_backend_pid()", None)
+    ((again,),) = wire.run(connection.alias, "SELECT pg_backend_pid()", None)
     assert again != pid

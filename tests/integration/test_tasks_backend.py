@@ -18,7 +18,8 @@ from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist, TaskRes
 from django.tasks.signals import task_enqueued, task_finished, task_started
 from django.utils import timezone
 
-from orchestration import InvalidWorkflowInput, cancel_workflow, claims, retry_workflow, start_workflow
+from orchestration import InvalidWorkflowInput, cancel_workflow, retry_workflow, start_workflow
+from orchestration.claim import claims
 from orchestration.models import Workflow, WorkflowStep
 from orchestration.tasks import TASK_WORKFLOW_TYPE, UnknownTask, WorkflowBackend
 from orchestration.validation import NotJSONSerializable

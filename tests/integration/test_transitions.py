@@ -5,12 +5,12 @@ import pytest
 from orchestration import (
     InvalidTransition,
     cancel_workflow,
-    claims,
     recovery,
     restart_workflow,
     retry_workflow,
     start_workflow,
 )
+from orchestration.claim import claims
 from orchestration.errors import LeaseLost, RunCancelled
 from orchestration.models import WorkflowStep
 from orchestration.worker import execute

@@ -6,7 +6,8 @@ import time
 import pytest
 from django.utils import timezone
 
-from orchestration import InvalidTransition, cancel_workflow, claims, send_event, start_workflow
+from orchestration import InvalidTransition, cancel_workflow, send_event, start_workflow
+from orchestration.claim import claims
 from orchestration.models import Workflow, WorkflowEvent, WorkflowStep
 from tests.support import drain
 from tests.testapp.models import LedgerEntry, StepRun

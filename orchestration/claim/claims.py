@@ -10,7 +10,7 @@ and the run's last step runs again, as if it had died just before an immediate
 write (step bodies run at least once; a checkpoint is still written once).
 
 A worker that serves a paused or limited queue claims with a limit-aware
-statement instead (``flow``), after taking its limited queues' locks in the
+statement instead (``rules``), after taking its limited queues' locks in the
 same transaction and round trip.
 """
 
@@ -24,10 +24,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from . import flow, sql
-from .conf import conf
-from .counted_sql import COMPLETE_AND_CLAIM_COUNTED
-from .lease import Lease, completion_params
+from ..conf import conf
+from ..lease import Lease, completion_params
+from . import statements
+from .rules import Rules, rules_of
+from .wire import run
 
 
 @dataclass
@@ -60,19 +61,19 @@ def finish_and_claim(
     the runs completed (a finished run missing from them had lost its lease,
     and nothing of it was written). ``limited``, ``keys_or_rates``: whether a
     served queue is paused or limited, and by key or rate (``limited`` None:
-    read both now, see ``flow.Rules``). ``limited_room``: how many of the runs
+    read both now, see ``rules.Rules``). ``limited_room``: how many of the runs
     claimed may be of queues with a concurrency limit (None: ``limit``)."""
     if not finished and not limit:
         return [], set()
     if limited is None:
-        rules = flow.rules_of(queues)
-        limited, keys_or_rates = rules.limited, rules.keys_or_rates
+        known = rules_of(queues)
+        limited, keys_or_rates = known.limited, known.keys_or_rates
     params = {**claim_params(worker_id, queues, finished), "limit": limit}
     if limited:
         room = limit if limited_room is None else limited_room
-        rows = sql.run(conf.DATABASE, _LIMIT_AWARE_CLAIMS[keys_or_rates], {**params, "limited_room": room})
+        rows = run(conf.DATABASE, statements.LIMIT_AWARE_CLAIMS[keys_or_rates], {**params, "limited_room": room})
     else:
-        rows = sql.run(conf.DATABASE, sql.CLAIM, params)
+        rows = run(conf.DATABASE, statements.CLAIM, params)
     completed = set(rows[0][-1] or ())
     for item in finished:
         if item.run.id in completed:
@@ -80,7 +81,7 @@ def finish_and_claim(
     return _leases(row[:-1] for row in rows if row[0] is not None), completed
 
 
-def only_handed_over(rules: flow.Rules, finished: list[FinishedRun], limit: int, limited_room: int | None) -> bool:
+def only_handed_over(rules: Rules, finished: list[FinishedRun], limit: int, limited_room: int | None) -> bool:
     """Whether a claim that completed ``finished`` may have taken no more runs
     of its limited queues than that because another claim held their turn
     (the counted claim's function, see ``functions``): then taking fewer than
@@ -88,16 +89,6 @@ def only_handed_over(rules: flow.Rules, finished: list[FinishedRun], limit: int,
     a run claims again."""
     room = limit if limited_room is None else limited_room
     return rules.limited and not rules.keys_or_rates and 0 < len(finished) < room
-
-
-#: The limit-aware claims as the worker runs them, with their lock: functions
-#: (see ``functions``), by whether a served queue has a per-key or a rate limit.
-_LIMIT_AWARE_CLAIMS = {
-    keys_or_rates: sql.CLAIM.replace(
-        "orchestration_complete_and_claim(", f"orchestration_complete_and_claim_{kind}("
-    ).replace("%(limit)s::integer)", "%(limit)s::integer, %(limited_room)s::integer)")
-    for keys_or_rates, kind in ((False, "counted"), (True, "limited"))
-}
 
 
 def claim_statement(
@@ -108,15 +99,15 @@ def claim_statement(
     limited: bool = False,
     keys_or_rates: bool = True,
 ) -> tuple[str, dict[str, Any]]:
-    """``sql.COMPLETE_AND_CLAIM`` (with ``limited``, ``sql.COMPLETE_AND_CLAIM_LIMITED``,
-    or without ``keys_or_rates`` ``counted_sql.COMPLETE_AND_CLAIM_COUNTED``) for
+    """``statements.COMPLETE_AND_CLAIM`` (with ``limited``, ``COMPLETE_AND_CLAIM_LIMITED``,
+    or without ``keys_or_rates`` ``COMPLETE_AND_CLAIM_COUNTED``) for
     ``limit`` runs, and its parameters: what the claim's function runs, for
     ``EXPLAIN`` by the benchmark and the tests (a limit-aware claim with its
     limit bound, as its function plans it; the other with its limit written in)."""
     params = claim_params(worker_id, queues, finished)
     if not limited:
-        return sql.complete_and_claim(limit), params
-    statement = sql.COMPLETE_AND_CLAIM_LIMITED if keys_or_rates else COMPLETE_AND_CLAIM_COUNTED
+        return statements.complete_and_claim(limit), params
+    statement = statements.COMPLETE_AND_CLAIM_LIMITED if keys_or_rates else statements.COMPLETE_AND_CLAIM_COUNTED
     return statement.replace("{limit}", "%(limit)s::integer"), {**params, "limit": limit, "limited_room": limit}
 
 

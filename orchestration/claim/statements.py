@@ -1,14 +1,15 @@
-"""The statements the ORM cannot express, each written out whole and named.
+"""The SQL of every variant of the claim, and of the fenced write: the
+statements the ORM cannot say, each written out whole and named (the table
+of when each runs is in the package's docstring).
 
-The worker's hot path is two statements, each one round trip and, in
-autocommit mode, one transaction: ``COMPLETE_AND_CLAIM`` (the claim, and the
-completions a process writes with it) and ``FENCED_WRITE`` (a step's start,
-or the fence before a run's other writes). Every write but the claim is
-fenced: it changes the workflow row if, and only if, this lease still holds
-it, and locks it for the rest of the transaction, so a concurrent cancel or
-reclaim either commits first (nothing is written) or waits for it.
-Which status each statement may write is declared in ``transitions.MOVES``.
-The INSERT that starts runs is built per set of columns, in ``enqueue``.
+The worker runs them as PL/pgSQL functions (``functions``), which carry
+``INDEX_PLANS_ONLY`` in their ``SET`` clauses; the texts here are what those
+functions are made of, and what the plan tests and the benchmark
+``EXPLAIN``. Every write but the claim is fenced: it changes the workflow
+row if, and only if, this lease still holds it, and locks it for the rest of
+the transaction, so a concurrent cancel or reclaim either commits first
+(nothing is written) or waits for it. Which status each statement may write
+is declared in ``transitions.MOVES``.
 """
 
 from __future__ import annotations
@@ -16,30 +17,11 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-import psycopg
-from django.db import connections
-
-from . import direct
-
-#: Channel on which ``start_workflow`` announces new work; the payload is the queue.
-NOTIFY_CHANNEL = "orchestration_new_work"
-
-#: Key of the transaction-level advisory lock that lets one process at a time
-#: sweep stuck workflows; the others skip the sweep instead of waiting.
-RECLAIM_LOCK_KEY = 0x6F7263686573  # "orches"
 #: First key of the transaction-level advisory locks that serialise the claims of a limited queue.
 QUEUE_LOCK_SPACE = 0x716C696D  # "qlim"
 #: The lanes of a limited queue, each a lock of the keys after it: the claims far
-#: from the queue's limit take one and not its turn (``counted_sql.TAKE_LANE``).
+#: from the queue's limit take one and not its turn (``TAKE_LANE``).
 QUEUE_LANES = 4
-
-#: The database's clock, the engine's one clock (see ``clock``): the moment
-#: this statement started, as the claim's ``run_after <= statement_timestamp()`` reads it.
-DATABASE_NOW = "SELECT statement_timestamp()"
-
-LISTEN = f"LISTEN {NOTIFY_CHANNEL}"
-NOTIFY = "SELECT pg_notify(%s, %s)"
-TRY_RECLAIM_LOCK = "SELECT pg_try_advisory_xact_lock(%s)"
 
 #: The completions of ``COMPLETE_AND_CLAIM(_LIMITED)``: CTEs ``done`` (the runs
 #: completed) and ``checkpoint`` (their last steps' checkpoints).
@@ -153,7 +135,7 @@ HAS_LIMIT = """(concurrency IS NOT NULL OR key_concurrency IS NOT NULL
 _LIMITED_QUEUES = f"{SERVED_QUEUES}\n  AND {HAS_LIMIT}"
 #: Before a limit-aware claim, in its function (see ``functions``): the advisory
 #: locks of each limited queue served (no write, no WAL), in one order: its
-#: turn, then its ``QUEUE_LANES`` lanes (``counted_sql.TAKE_LANE``). The claims
+#: turn, then its ``QUEUE_LANES`` lanes (``TAKE_LANE``). The claims
 #: of a queue take turns, each counting in a snapshot taken once those before it
 #: committed (a count in the statement that waited would not see them).
 LOCK_QUEUES = f"""
@@ -178,17 +160,8 @@ PENDING_QUEUES = """pending_queue (name) AS (
     FROM pending_queue AS p WHERE p.name IS NOT NULL
 """
 
-#: The queues of pending or running runs, whatever names them: one probe of
-#: ``idx_workflows_queue_claim`` a queue with pending runs, and the running
-#: rows (as many as the workers hold) through ``idx_workflows_running``.
-QUEUES_IN_USE = f"""WITH RECURSIVE {PENDING_QUEUES})
-SELECT name FROM pending_queue WHERE name IS NOT NULL
-UNION
-SELECT queue FROM workflows WHERE status = 'running'
-"""
-
 #: The end of the limit-aware claims (``COMPLETE_AND_CLAIM_LIMITED``,
-#: ``counted_sql.COMPLETE_AND_CLAIM_COUNTED``): CTE ``taken`` marks CTE
+#: ``COMPLETE_AND_CLAIM_COUNTED``): CTE ``taken`` marks CTE
 #: ``claimed``'s runs running (first started at CTE ``clock``), ``placeholder``
 #: records a fresh run's step 1; ``LIMITED_ROWS`` returns them in claim order.
 LIMITED_TAKEN = _TAKEN.format(
@@ -324,6 +297,125 @@ WITH RECURSIVE """
 )
 
 
+#: The limit-aware claims as the worker runs them, with their lock: functions
+#: (see ``functions``), by whether a served queue has a per-key or a rate limit.
+LIMIT_AWARE_CLAIMS = {
+    keys_or_rates: CLAIM.replace(
+        "orchestration_complete_and_claim(", f"orchestration_complete_and_claim_{kind}("
+    ).replace("%(limit)s::integer)", "%(limit)s::integer, %(limited_room)s::integer)")
+    for keys_or_rates, kind in ((False, "counted"), (True, "limited"))
+}
+
+
+# -- the counted claim: a queue paused or limited in number running at once only --------
+#
+# ``COMPLETE_AND_CLAIM_LIMITED`` serves every rule: per-key limits walk the
+# keys, rate limits log each claim and forget the old ones, and each CTE is
+# paid for whether a queue has such a rule or not. A queue that is paused or
+# has a ``concurrency`` limit, and no other rule, needs none of that: its
+# room, then its runs up to it.
+
+
+def _counted(room_cap: str) -> str:
+    """The counted claim, each limited queue's room also at most ``room_cap``
+    (an SQL expression of the queue's ``s.name``; empty: no other cap)."""
+    return (
+        """
+WITH RECURSIVE """
+        + COMPLETIONS
+        + "), "
+        + PENDING_QUEUES
+        + """), clock AS MATERIALIZED (
+    SELECT statement_timestamp() AS now
+), room AS MATERIALIZED (
+    SELECT s.name, CASE WHEN q.paused THEN 0 WHEN q.concurrency IS NULL THEN {limit} ELSE GREATEST(0, LEAST({limit},
+        %(limited_room)s::integer,
+        q.concurrency - (SELECT count(*) FROM workflows AS w WHERE w.status = 'running' AND w.queue = s.name)
+            + (SELECT count(*) FROM done WHERE done.queue = s.name)"""
+        + room_cap
+        + """)) END AS room
+    FROM (SELECT unnest(%(queues)s::text[]) AS name
+          UNION ALL SELECT name FROM pending_queue WHERE name IS NOT NULL) AS s
+    LEFT JOIN workflow_queues AS q ON q.name = s.name
+), claimed AS MATERIALIZED (
+    SELECT c.id, c.started_at, c.priority, c.created_at FROM room AS r CROSS JOIN LATERAL (
+        SELECT w.* FROM (VALUES (true), (false)) AS kind (keyless), LATERAL (  -- without a key; with one
+            SELECT w.id, w.started_at, w.priority, w.created_at
+            FROM workflows AS w
+            WHERE w.status = 'pending' AND w.queue = r.name AND (w.concurrency_key IS NULL) = kind.keyless
+              AND (w.run_after IS NULL OR w.run_after <= statement_timestamp())
+            ORDER BY -w.priority::bigint, w.created_at LIMIT r.room
+            FOR NO KEY UPDATE SKIP LOCKED
+        ) AS w
+        ORDER BY w.priority DESC, w.created_at LIMIT r.room
+    ) AS c
+    WHERE r.room > 0
+    ORDER BY c.priority DESC, c.created_at LIMIT {limit}
+), """
+        + LIMITED_TAKEN
+        + """)
+"""
+        + LIMITED_ROWS
+    )
+
+
+#: ``COMPLETE_AND_CLAIM_LIMITED`` (same parameters, same rows back, after
+#: the same ``LOCK_QUEUES``) for workers none of whose queues has a per-key
+#: or a rate limit: per served queue, its ``room`` (0 when paused; else the
+#: least of ``{limit}``, ``%(limited_room)s`` and ``concurrency`` less its running
+#: runs, those completed here given back), then its runs in claim order up to it, those
+#: without a key and those with one each from ``idx_workflows_queue_claim``.
+COMPLETE_AND_CLAIM_COUNTED = _counted("")
+#: ``COMPLETE_AND_CLAIM_COUNTED`` without the lock: each limited queue's room is
+#: also at most the runs of it completed here. Its count of running runs, which
+#: no lock makes current, only stops a hand-over while the queue runs more than
+#: its limit (the limit was lowered).
+HAND_OVER_COUNTED = _counted(",\n        (SELECT count(*) FROM done WHERE done.queue = s.name)")
+
+#: A claim far from its queue's limit takes one of its ``QUEUE_LANES``
+#: lanes and not its turn (``functions``): it claims at most this many runs, so
+#: that a count made once its lane is held, with ``QUEUE_LANES`` times as
+#: many slots free, keeps every claim in a lane within the limit.
+LANE_CLAIM = 64
+#: The free slots a claim in a lane keeps beside the claims in the other lanes.
+LANE_MARGIN = QUEUE_LANES * LANE_CLAIM
+#: A queue ``q`` whose only rule is a concurrency limit, and ``q``'s running runs.
+_LANE_RULES = "NOT q.paused AND q.key_concurrency IS NULL AND q.rate_limit IS NULL AND q.key_rate_limit IS NULL"
+_RUNNING = "(SELECT count(*) FROM workflows AS w WHERE w.status = 'running' AND w.queue = q.name)"
+
+#: The queue of a claim in a lane, and its free slots, counted in the
+#: statement's snapshot: the one restricted queue the claim serves
+#: (``%(queues)s``, NULL: every queue), if it is the only one, is not paused
+#: and has a concurrency limit and no other limit; else no row. ``OFFSET 0``
+#: keeps a filter on ``lane`` out of the aggregate, where it would count again.
+_LANE = f"""SELECT lane.name,
+    (SELECT q.concurrency - {_RUNNING} FROM workflow_queues AS q WHERE q.name = lane.name) AS free
+FROM (SELECT CASE WHEN count(*) = 1 AND bool_and({_LANE_RULES}) THEN min(q.name) END AS name
+      FROM workflow_queues AS q
+      WHERE {SERVED_QUEUES} AND (paused OR {HAS_LIMIT})
+      OFFSET 0) AS lane
+WHERE lane.name IS NOT NULL"""
+
+#: ``_LANE``'s queue, if it has ``LANE_MARGIN`` slots free, once one of its
+#: lanes is held: the first free from this backend's own. NULL, holding none,
+#: when no queue is far from its limit or every lane is taken (by claims in
+#: lanes, or by one in its turn: ``LOCK_QUEUES`` takes them all). The
+#: count only keeps claims near the limit out of the lanes; ``FREE_IN_LANE``
+#: is the one the limit needs.
+TAKE_LANE = f"""
+SELECT far.name FROM ({_LANE}
+OFFSET 0) AS far
+WHERE far.free >= {LANE_MARGIN} AND EXISTS (
+    SELECT FROM generate_series(0, {QUEUE_LANES - 1}) AS lane
+    WHERE pg_try_advisory_xact_lock(%(space)s + 1 + (pg_backend_pid() + lane) % {QUEUE_LANES}, hashtext(far.name))
+)
+"""
+#: The slots of lane queue ``%(lane_queue)s`` free, counted once its lane is
+#: held, if it is still ``_LANE``'s queue; else NULL. A claim in the lane
+#: takes runs only if they are at least ``LANE_MARGIN``.
+FREE_IN_LANE = f"SELECT lane.free FROM ({_LANE}) AS lane WHERE lane.name = %(lane_queue)s"
+
+
 #: The fenced write (``orchestration_fenced_write``, see ``functions``): nothing
 #: unless lease ``%(lease)s`` still holds workflow ``%(id)s``; then the deferred
 #: checkpoint (a step ``%(checkpoint_step)s`` that is not NULL) and, with a
@@ -358,71 +450,7 @@ INDEX_PLANS_ONLY = (
     "set_config('enable_mergejoin', 'off', true), set_config('plan_cache_mode', 'force_generic_plan', true)"
 )
 
-
-def notify_new_work(alias: str, queue: str) -> None:
-    """Wake idle workers. Inside a transaction Postgres delivers it at commit,
-    so a rolled-back start never wakes anyone."""
-    with connections[alias].cursor() as cursor:
-        cursor.execute(NOTIFY, [NOTIFY_CHANNEL, queue])
-
-
-def try_reclaim_lock(alias: str) -> bool:
-    """Take the sweep lock for the current transaction, or return False at once."""
-    with connections[alias].cursor() as cursor:
-        cursor.execute(TRY_RECLAIM_LOCK, [RECLAIM_LOCK_KEY])
-        return bool(cursor.fetchone()[0])
-
-
 #: ``INDEX_PLANS_ONLY`` for ``COMPLETE_AND_CLAIM_LIMITED``, with JIT off: its plan
 #: sorts a few candidates, and a sort priced out costs enough to be compiled by
 #: JIT, a second of it a claim.
 INDEX_PLANS_ONLY_NO_JIT = INDEX_PLANS_ONLY + ", set_config('jit', 'off', true)"
-
-
-def run(alias: str, statement: str, params: Any) -> list[tuple[Any, ...]]:
-    """Execute one of the statements above and return its rows.
-
-    With server-side binding, prepared when the connection's
-    ``prepare_threshold`` is set (Django's ``OPTIONS``; Django's default,
-    None, prepares nothing, as PgBouncer in transaction mode needs).
-
-    On an open connection with no ``execute_wrapper()`` and no query log, the
-    statement goes beneath Django's cursor wrapper, with what it would add
-    (its check of a broken transaction, its error classes): outside a
-    transaction to the server connection itself (``direct``), inside one to
-    psycopg's cursor. Each layer skipped is Python a hot statement no longer
-    runs (docs/performance.md).
-    """
-    connection = connections[alias]
-    if connection.connection is None or connection.execute_wrappers or connection.queries_logged:
-        return _run_wrapped(connection, statement, params)
-    statements = _statements(connection)
-    connection.validate_no_broken_transaction()
-    with connection.wrap_database_errors:
-        return statements.run(statement, params)
-
-
-def _run_wrapped(connection: Any, statement: str, params: Any) -> list[tuple[Any, ...]]:
-    """``run`` through Django's cursor wrapper: it connects, and applies the
-    ``execute_wrapper()``s and DEBUG's query log."""
-    connection.ensure_connection()
-    if connection.queries_logged:
-        raw: Any = psycopg.Cursor(connection.connection)  # django-stubs expects a wrapper here
-        with connection.make_debug_cursor(raw) as cursor:
-            cursor.execute(statement, params)
-            return cursor.fetchall()
-    cursor = _statements(connection).cursor
-    cursor.execute(statement, params)
-    return cursor.fetchall()
-
-
-def _statements(connection: Any) -> direct.Statements:
-    """What ``run`` executes with, made once per server connection (and thread:
-    Django's connections are the thread's own): making a cursor is about a
-    fifth of a short statement's Python (docs/performance.md)."""
-    made = connection.__dict__.get("_orchestration_statements")
-    if made is None or made.connection is not connection.connection:
-        server = connection.connection
-        made = direct.Statements(server, connection.make_cursor(psycopg.Cursor(server)))
-        connection._orchestration_statements = made
-    return made

@@ -1,5 +1,7 @@
-"""The hot statements sent on the server connection itself (psycopg's
-``PGconn``), beneath psycopg's cursor.
+"""How the hot statements reach the server: ``run``, beneath Django's cursor
+wrapper and, outside a transaction, beneath psycopg's cursor too, on the
+server connection itself (psycopg's ``PGconn``). The claims, the fenced
+write and ``start_workflow``'s INSERT go this way.
 
 A cursor's ``execute`` and ``fetchall`` run about two hundred lines of Python
 a statement (its generators, query conversion, prepared-statement
@@ -26,6 +28,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import psycopg
+from django.db import connections
 from psycopg import errors, pq
 from psycopg.adapt import PyFormat, Transformer
 
@@ -123,3 +126,52 @@ def positional(statement: str) -> tuple[bytes, tuple[Any, ...], list[PyFormat]]:
         query = _PLACEHOLDER.sub(number, statement).encode()
         converted = _converted[statement] = (query, tuple(numbers), [PyFormat.AUTO] * len(numbers))
     return converted
+
+
+def run(alias: str, statement: str, params: Any) -> list[tuple[Any, ...]]:
+    """Execute ``statement`` and return its rows.
+
+    With server-side binding, prepared when the connection's
+    ``prepare_threshold`` is set (Django's ``OPTIONS``; Django's default,
+    None, prepares nothing, as PgBouncer in transaction mode needs).
+
+    On an open connection with no ``execute_wrapper()`` and no query log, the
+    statement goes beneath Django's cursor wrapper, with what it would add
+    (its check of a broken transaction, its error classes): outside a
+    transaction to the server connection itself (``Statements``), inside one to
+    psycopg's cursor. Each layer skipped is Python a hot statement no longer
+    runs (docs/performance.md).
+    """
+    connection = connections[alias]
+    if connection.connection is None or connection.execute_wrappers or connection.queries_logged:
+        return _run_wrapped(connection, statement, params)
+    statements = _statements(connection)
+    connection.validate_no_broken_transaction()
+    with connection.wrap_database_errors:
+        return statements.run(statement, params)
+
+
+def _run_wrapped(connection: Any, statement: str, params: Any) -> list[tuple[Any, ...]]:
+    """``run`` through Django's cursor wrapper: it connects, and applies the
+    ``execute_wrapper()``s and DEBUG's query log."""
+    connection.ensure_connection()
+    if connection.queries_logged:
+        raw: Any = psycopg.Cursor(connection.connection)  # django-stubs expects a wrapper here
+        with connection.make_debug_cursor(raw) as cursor:
+            cursor.execute(statement, params)
+            return cursor.fetchall()
+    cursor = _statements(connection).cursor
+    cursor.execute(statement, params)
+    return cursor.fetchall()
+
+
+def _statements(connection: Any) -> Statements:
+    """What ``run`` executes with, made once per server connection (and thread:
+    Django's connections are the thread's own): making a cursor is about a
+    fifth of a short statement's Python (docs/performance.md)."""
+    made = connection.__dict__.get("_orchestration_statements")
+    if made is None or made.connection is not connection.connection:
+        server = connection.connection
+        made = Statements(server, connection.make_cursor(psycopg.Cursor(server)))
+        connection._orchestration_statements = made
+    return made

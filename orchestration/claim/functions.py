@@ -1,6 +1,6 @@
 """The worker's hot statements as PL/pgSQL functions, and their DDL.
 
-Each hot statement was sent in a pipeline after ``sql.INDEX_PLANS_ONLY``'s
+Each hot statement was sent in a pipeline after ``statements.INDEX_PLANS_ONLY``'s
 ``set_config`` calls, so that its plan never depends on fresh statistics. As
 a function it carries those planner settings in its ``SET`` clauses: one
 statement, no pipeline, about a third less of the worker's CPU a round trip
@@ -12,10 +12,7 @@ too, so that a limited queue's claim is one statement as well.
 
 The migrations create them from this module (``CREATE OR REPLACE``), each
 with the ``fingerprint`` of the text it creates: a change here (or to a
-statement a function is made of: ``sql.COMPLETE_AND_CLAIM``,
-``sql.COMPLETE_AND_CLAIM_LIMITED``, ``sql.LOCK_QUEUES``,
-``sql.TRY_LOCK_QUEUES``, ``counted_sql.COMPLETE_AND_CLAIM_COUNTED``,
-``counted_sql.HAND_OVER_COUNTED``) needs a new migration that runs
+statement a function is made of, in ``statements``) needs a new migration that runs
 ``create_functions`` again, or databases migrated before keep the old body; a
 test fails until the last such migration carries the current fingerprint.
 """
@@ -25,9 +22,9 @@ from __future__ import annotations
 import hashlib
 import re
 
-from . import counted_sql, sql
+from . import statements
 
-#: Planner settings of the functions: ``sql.INDEX_PLANS_ONLY``'s, as ``SET`` clauses.
+#: Planner settings of the functions: ``statements.INDEX_PLANS_ONLY``'s, as ``SET`` clauses.
 _SETTINGS = """SET enable_seqscan = off SET enable_bitmapscan = off SET enable_sort = off SET enable_hashjoin = off
 SET enable_mergejoin = off SET plan_cache_mode = force_generic_plan"""
 
@@ -89,27 +86,29 @@ def _in_function(statement: str) -> str:
     return re.sub(r"%\((\w+)\)s", r"p_\1", statement.replace("{limit}", "p_limit")).rstrip()
 
 
-#: ``orchestration_complete_and_claim``'s body: ``sql.COMPLETE_AND_CLAIM`` with
+#: ``orchestration_complete_and_claim``'s body: ``statements.COMPLETE_AND_CLAIM`` with
 #: its parameters as the function's (``p_``) and its limit bound. The columns it
 #: returns share their names with the function's: ``use_column`` makes them the tables'.
-CLAIM_BODY = f"\n#variable_conflict use_column\nBEGIN\n    RETURN QUERY{_in_function(sql.COMPLETE_AND_CLAIM)};\nEND\n"
+CLAIM_BODY = (
+    f"\n#variable_conflict use_column\nBEGIN\n    RETURN QUERY{_in_function(statements.COMPLETE_AND_CLAIM)};\nEND\n"
+)
 
 
 def _lock_query(statement: str) -> str:
-    """``sql.LOCK_QUEUES`` or ``sql.TRY_LOCK_QUEUES`` in a function, its lock
+    """``statements.LOCK_QUEUES`` or ``statements.TRY_LOCK_QUEUES`` in a function, its lock
     space written in and without its ``SELECT`` (for ``PERFORM`` or a subquery)."""
-    return _in_function(statement.replace("%(space)s", str(sql.QUEUE_LOCK_SPACE)).strip().removeprefix("SELECT"))
+    return _in_function(statement.replace("%(space)s", str(statements.QUEUE_LOCK_SPACE)).strip().removeprefix("SELECT"))
 
 
 def _locked_claim_body(statement: str) -> str:
     """A limit-aware claim's body: the advisory lock of each limited queue
-    served (``sql.LOCK_QUEUES``), then ``statement``. Each statement of a
+    served (``statements.LOCK_QUEUES``), then ``statement``. Each statement of a
     VOLATILE function reads a snapshot of its own, so the claim, taken after
     the lock, sees every run the lock's previous holder claimed. Its
     ``statement_timestamp()`` is the call's, from before any wait for the
     lock; the rate limits' clock is ``clock_timestamp()``, read after it."""
     return (
-        f"\n#variable_conflict use_column\nBEGIN\n    PERFORM{_lock_query(sql.LOCK_QUEUES)};\n"
+        f"\n#variable_conflict use_column\nBEGIN\n    PERFORM{_lock_query(statements.LOCK_QUEUES)};\n"
         f"    RETURN QUERY{_in_function(statement)};\nEND\n"
     )
 
@@ -117,18 +116,18 @@ def _locked_claim_body(statement: str) -> str:
 def _counted_claim_body() -> str:
     """``orchestration_complete_and_claim_counted``'s body. A claim that takes
     no more runs of a limited queue than it completes there cannot raise its
-    running count: ``counted_sql.HAND_OVER_COUNTED`` holds it to that and
+    running count: ``statements.HAND_OVER_COUNTED`` holds it to that and
     takes no turn on the queues' locks. One that may take more
-    (``p_limited_room``) takes its turn, ``counted_sql.COMPLETE_AND_CLAIM_COUNTED``
+    (``p_limited_room``) takes its turn, ``statements.COMPLETE_AND_CLAIM_COUNTED``
     after the lock; but if it completes runs and another claim holds the turn,
     it only hands over, rather than wait.
 
     Far from the limit it takes no turn at all: a claim of at most
-    ``counted_sql.LANE_CLAIM`` runs, when the only restricted queue served has
-    a concurrency limit alone and ``sql.QUEUE_LANES`` times that many slots
-    free, takes a free lane of the queue (``counted_sql.TAKE_LANE``), counts
-    the slots free again once the lane is held (``counted_sql.FREE_IN_LANE``),
-    and claims as an unlimited queue's (``sql.COMPLETE_AND_CLAIM``). A claim
+    ``statements.LANE_CLAIM`` runs, when the only restricted queue served has
+    a concurrency limit alone and ``statements.QUEUE_LANES`` times that many slots
+    free, takes a free lane of the queue (``statements.TAKE_LANE``), counts
+    the slots free again once the lane is held (``statements.FREE_IN_LANE``),
+    and claims as an unlimited queue's (``statements.COMPLETE_AND_CLAIM``). A claim
     in its turn holds every lane, so none runs beside it; at most
     ``QUEUE_LANES`` claims in lanes are uncommitted at once, each of at most
     ``LANE_CLAIM`` runs, so the count each makes once its lane is held keeps
@@ -137,12 +136,12 @@ def _counted_claim_body() -> str:
     first, takes its turn).
 
     ``p_lane_queue`` is a variable, named as ``FREE_IN_LANE``'s parameter."""
-    lock, try_lock = _lock_query(sql.LOCK_QUEUES), _lock_query(sql.TRY_LOCK_QUEUES)
+    lock, try_lock = _lock_query(statements.LOCK_QUEUES), _lock_query(statements.TRY_LOCK_QUEUES)
 
     def lane(statement: str) -> str:
-        return _in_function(statement.replace("%(space)s", str(sql.QUEUE_LOCK_SPACE))).strip()
+        return _in_function(statement.replace("%(space)s", str(statements.QUEUE_LOCK_SPACE))).strip()
 
-    claim = _in_function(sql.COMPLETE_AND_CLAIM)
+    claim = _in_function(statements.COMPLETE_AND_CLAIM)
     return f"""
 #variable_conflict use_column
 DECLARE
@@ -150,11 +149,11 @@ DECLARE
     v_free bigint;
     p_lane_queue text;
 BEGIN
-    IF p_limit <= {counted_sql.LANE_CLAIM} AND p_limited_room >= p_limit THEN
-        p_lane_queue := ({lane(counted_sql.TAKE_LANE)});
+    IF p_limit <= {statements.LANE_CLAIM} AND p_limited_room >= p_limit THEN
+        p_lane_queue := ({lane(statements.TAKE_LANE)});
         IF p_lane_queue IS NOT NULL THEN
-            v_free := ({_in_function(counted_sql.FREE_IN_LANE).strip()});
-            IF NOT COALESCE(v_free >= {counted_sql.LANE_MARGIN}, false) THEN
+            v_free := ({_in_function(statements.FREE_IN_LANE).strip()});
+            IF NOT COALESCE(v_free >= {statements.LANE_MARGIN}, false) THEN
                 p_limit := 0;
             END IF;
             RETURN QUERY{claim};
@@ -166,17 +165,17 @@ BEGIN
     END IF;
     IF v_in_turn THEN
         PERFORM{lock};
-        RETURN QUERY{_in_function(counted_sql.COMPLETE_AND_CLAIM_COUNTED)};
+        RETURN QUERY{_in_function(statements.COMPLETE_AND_CLAIM_COUNTED)};
     ELSE
-        RETURN QUERY{_in_function(counted_sql.HAND_OVER_COUNTED)};
+        RETURN QUERY{_in_function(statements.HAND_OVER_COUNTED)};
     END IF;
 END
 """
 
 
 COUNTED_CLAIM_BODY = _counted_claim_body()
-#: ``orchestration_complete_and_claim_limited``'s body: ``sql.COMPLETE_AND_CLAIM_LIMITED`` after its lock.
-LIMITED_CLAIM_BODY = _locked_claim_body(sql.COMPLETE_AND_CLAIM_LIMITED)
+#: ``orchestration_complete_and_claim_limited``'s body: ``statements.COMPLETE_AND_CLAIM_LIMITED`` after its lock.
+LIMITED_CLAIM_BODY = _locked_claim_body(statements.COMPLETE_AND_CLAIM_LIMITED)
 
 
 #: The parameters and rows of both claims' functions.
@@ -204,7 +203,7 @@ _LIMIT_AWARE_SIGNATURE = _CLAIM_SIGNATURE.replace("p_limit integer", "p_limit in
 
 
 def _limit_aware(name: str, body: str) -> str:
-    """A limit-aware claim's DDL, with ``sql.INDEX_PLANS_ONLY_NO_JIT``'s settings (no JIT for a long statement)."""
+    """A limit-aware claim's DDL, with ``INDEX_PLANS_ONLY_NO_JIT``'s settings (no JIT for a long statement)."""
     return f"\nCREATE OR REPLACE FUNCTION {name}{_LIMIT_AWARE_SIGNATURE}{_SETTINGS} SET jit = off\nAS $${body}$$;"
 
 

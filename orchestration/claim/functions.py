@@ -24,8 +24,9 @@ import re
 
 from . import statements
 
-#: Planner settings of the functions: ``statements.INDEX_PLANS_ONLY``'s, as ``SET`` clauses.
-_SETTINGS = """SET enable_seqscan = off SET enable_bitmapscan = off SET enable_sort = off SET enable_hashjoin = off
+#: Planner settings of the functions: ``statements.INDEX_PLANS_ONLY``'s, as
+#: ``SET`` clauses (why each is there: beside ``INDEX_PLANS_ONLY``).
+_SETTINGS = """SET enable_seqscan = off SET enable_bitmapscan = off SET enable_hashjoin = off
 SET enable_mergejoin = off SET plan_cache_mode = force_generic_plan"""
 
 #: ``orchestration_fenced_write``: writes nothing unless lease ``p_lease`` still

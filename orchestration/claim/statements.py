@@ -436,21 +436,34 @@ NO_CHECKPOINT: dict[str, Any] = {
 }
 
 
-#: The hot statements' planner settings (the ``SET`` clauses of their
-#: functions, see ``functions``; tests and ``EXPLAIN`` run them first, in the
-#: transaction that plans the statement). With stale statistics (a
-#: table analysed while nearly empty, then filled faster than autovacuum
-#: re-analyses it) the planner reads every queued row per claim; with these
-#: shapes priced out, only index scans that stop at ``LIMIT`` and nested loops
-#: over key lookups are left. ``true``: for this transaction only, so also
-#: behind PgBouncer in transaction mode. See docs/performance.md.
+#: The hot statements' planner settings: the ``SET`` clauses of their
+#: functions (``functions``); the plan tests and ``EXPLAIN`` run them first, in
+#: the transaction that plans the statement (``true``: for that transaction
+#: only, so also behind PgBouncer in transaction mode). A queue table's
+#: statistics are stale as a rule (analysed while its runs were finished or
+#: few, then filled faster than autovacuum re-analyses it), and each setting
+#: prices out a plan that the planner picks from such statistics, as a plan
+#: test shows with it left out:
+#:
+#: - ``enable_seqscan``: a sequential scan of the runs, where a claim per key
+#:   must read one key's index entries only
+#:   (``test_claim_plan__a_saturated_key_with_100000_pending__is_never_read``);
+#: - ``enable_bitmapscan``, ``enable_hashjoin``: the completions found by a
+#:   bitmap scan and hash-joined, with a table of finished runs analysed,
+#:   rather than one index lookup a run (``test_index_plans_only__...``);
+#: - ``enable_mergejoin``: merge joins over sorts in the limit-aware claims
+#:   (the same test);
+#: - ``plan_cache_mode = force_generic_plan``: the plan of the function's
+#:   first call kept for the connection's life, rather than one planned at
+#:   every call (most of a claim's backend CPU, docs/performance.md), so the
+#:   generic plans the plan tests check are those the workers run.
 INDEX_PLANS_ONLY = (
     "SELECT set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true), "
-    "set_config('enable_sort', 'off', true), set_config('enable_hashjoin', 'off', true), "
-    "set_config('enable_mergejoin', 'off', true), set_config('plan_cache_mode', 'force_generic_plan', true)"
+    "set_config('enable_hashjoin', 'off', true), set_config('enable_mergejoin', 'off', true), "
+    "set_config('plan_cache_mode', 'force_generic_plan', true)"
 )
 
-#: ``INDEX_PLANS_ONLY`` for ``COMPLETE_AND_CLAIM_LIMITED``, with JIT off: its plan
-#: sorts a few candidates, and a sort priced out costs enough to be compiled by
-#: JIT, a second of it a claim.
+#: ``INDEX_PLANS_ONLY`` for the limit-aware claims, with JIT off: JIT compiles
+#: a statement by its estimated cost, and a long claim priced with a disabled
+#: shape in it passes ``jit_above_cost``; compiling it cost a second a claim.
 INDEX_PLANS_ONLY_NO_JIT = INDEX_PLANS_ONLY + ", set_config('jit', 'off', true)"

@@ -7,6 +7,7 @@ from __future__ import annotations
 import datetime
 import importlib
 import json
+import re
 import threading
 import time
 from pathlib import Path
@@ -14,12 +15,12 @@ from typing import Any
 
 import psycopg
 import pytest
-from django.db import connection, connections
+from django.db import connection, connections, transaction
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 import orchestration.migrations
-from orchestration import recovery, start_workflow, start_workflows, workflow
+from orchestration import recovery, set_queue_limits, start_workflow, start_workflows, workflow
 from orchestration.claim import claims, functions, statements, wire
 from orchestration.errors import RunCancelled
 from orchestration.lease import Lease
@@ -304,6 +305,45 @@ def test_claim_generic_plan__with_stale_statistics__reads_each_table_by_an_index
     scans = plan.split("->")
     unbounded = [scan for scan in scans if " Scan using " in scan and "Index Cond" not in scan.split("->")[0]]
     assert not [scan for scan in unbounded if "idx_workflows_claim" not in scan], plan  # the claim's own is ordered
+
+
+def without_setting(name: str) -> str:
+    """``statements.INDEX_PLANS_ONLY_NO_JIT`` with setting ``name`` left out."""
+    kept = re.findall(r"set_config\('(\w+)', '(\w+)', true\)", statements.INDEX_PLANS_ONLY_NO_JIT)
+    return "SELECT " + ", ".join(
+        f"set_config('{setting}', '{value}', true)" for setting, value in kept if setting != name
+    )
+
+
+@pytest.mark.parametrize(
+    "setting, limited, shape",
+    [
+        ("enable_bitmapscan", False, "Bitmap"),
+        ("enable_hashjoin", False, "Hash Join"),
+        ("enable_mergejoin", True, "Merge Join"),
+    ],
+)
+def test_index_plans_only__each_setting_left_out__lets_in_the_plan_it_prevents(setting, limited, shape):
+    # Statistics of a table of finished runs, analysed; the backlog, and the runs completed here, came since.
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO workflows (workflow_type, status, created_at) "
+            "SELECT 'perf_one_step', 'completed', now() - interval '1 day' FROM generate_series(1, 30000)"
+        )
+        cursor.execute("ANALYZE workflows, workflow_steps")
+    start_workflows("perf_one_step", range(6_000))
+    if limited:
+        set_queue_limits("default", concurrency=10_000)
+    finished = [claims.FinishedRun(run, "null", 0.0) for run in claims.claim("w", None, limit=2_000)[:4]]
+    statement = claims.claim_statement("w", None, finished, 4, limited=limited)
+
+    def plan(settings: str) -> str:
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute(settings)
+            return _plan(*statement)
+
+    assert shape in plan(without_setting(setting))
+    assert shape not in plan(statements.INDEX_PLANS_ONLY_NO_JIT)
 
 
 @pytest.mark.parametrize("name", sorted(functions.FUNCTIONS))

@@ -3,7 +3,7 @@
 Every default lives in the database (``db_default``) so that a row inserted by
 plain SQL from any language is claimed like one made by ``start_workflow``.
 Status changes are written only by ``orchestration.transitions`` (and the hot
-path's statements it declares, in ``orchestration.sql``).
+path's statements it declares, in ``orchestration.claim.statements``).
 """
 
 from __future__ import annotations

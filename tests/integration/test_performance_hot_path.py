@@ -348,7 +348,7 @@ def test_index_plans_only__each_setting_left_out__lets_in_the_plan_it_prevents(s
 
 @pytest.mark.parametrize("name", sorted(functions.FUNCTIONS))
 def test_hot_path_functions__in_the_database__are_those_of_orchestration_functions(name):
-    """A change to ``orchestration.functions`` (or to a statement a function is made
+    """A change to ``orchestration.claim.functions`` (or to a statement a function is made
     of) needs a migration that creates the functions again, or the workers run the old body."""
     with connection.cursor() as cursor:
         cursor.execute("SELECT prosrc FROM pg_proc WHERE proname = %s", [name])

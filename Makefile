@@ -27,12 +27,13 @@ PYTHON313 ?= $(shell for p in python3.13 $${PYENV_ROOT:-$$HOME/.pyenv}/versions/
 DOCS_STAMP := $(VENV)/.installed-docs
 LINT_STAMP := $(VENV)/.installed-lint
 
-.PHONY: help demo test test-chaos test-upgrade test-django52 lint lint-migrations serve format clean release-check docs
+.PHONY: help demo test test-naive-time test-chaos test-upgrade test-django52 lint lint-migrations serve format clean release-check docs
 .DEFAULT_GOAL := help
 
 help:
 	@echo "make demo   run the demo workflows and print a report"
 	@echo "make test   run the test suite"
+	@echo "make test-naive-time   the tests marked moments again with USE_TZ = False (CI runs it)"
 	@echo "make test-chaos   the chaos run: killed workers and a restarted PostgreSQL (CI runs it)"
 	@echo "make test-upgrade   a rolling upgrade from the previous release under load (CI runs it)"
 	@echo "make test-django52   the suite on Django 5.2 with Python 3.11 (Tasks backend tests skip)"
@@ -58,6 +59,10 @@ demo: $(STAMP)
 # so that one `make test` stays short: `make test-chaos`, `make test-upgrade`, and CI.
 test: $(STAMP)
 	$(BIN)/python -m pytest -m "not chaos and not upgrade"
+
+# The tests that involve moments again, in a project without time zones (USE_TZ = False).
+test-naive-time: $(STAMP)
+	$(BIN)/python -m pytest -m "moments and not chaos and not upgrade" --ds=tests.naive_time_settings
 
 test-chaos: $(STAMP)
 	$(BIN)/python -m pytest -m chaos

@@ -16,7 +16,7 @@ from typing import Any
 
 from django.db import transaction
 
-from . import clock, enqueue
+from . import clock, enqueue, moments
 from .conf import conf
 from .errors import InvalidTransition, InvalidWorkflowInput
 from .inputs import as_json
@@ -137,7 +137,7 @@ def start_workflows(
     keys: list[str | None] = [None] * len(inputs) if idempotency_keys is None else list(idempotency_keys)
     if len(keys) != len(inputs):
         raise InvalidWorkflowInput(f"start_workflows got {len(inputs)} inputs but {len(keys)} idempotency keys.")
-    checks = {name: options[name] for name in ("run_after", "queue", "priority", "max_retries")}
+    checks = {name: options[name] for name in ("queue", "priority", "max_retries")}
     for key in {key for key in keys if key is not None}:
         validate_options(idempotency_key=key, **checks)
     if not inputs:
@@ -240,9 +240,9 @@ def _new_workflow_options(
     priority = definition.priority if priority is None else priority
     if max_retries is None:
         max_retries = conf.DEFAULT_MAX_RETRIES if definition.max_retries is None else definition.max_retries
-    validate_options(
-        idempotency_key=idempotency_key, run_after=run_after, queue=queue, priority=priority, max_retries=max_retries
-    )
+    validate_options(idempotency_key=idempotency_key, queue=queue, priority=priority, max_retries=max_retries)
+    if run_after is not None:
+        run_after = moments.given(run_after, "run_after")
     limit = validate_timeout(definition.timeout if timeout is None else timeout)
     options = dict(
         workflow_type=workflow_type,

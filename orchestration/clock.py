@@ -19,11 +19,11 @@ from __future__ import annotations
 import datetime
 import time
 
-from django.conf import settings
 from django.db import connections
 from django.utils import timezone
 
 from .conf import conf
+from .moments import as_django
 
 #: The database's clock: the moment this statement started, as the claim's
 #: ``run_after <= statement_timestamp()`` reads it.
@@ -49,7 +49,7 @@ def database_now(alias: str | None = None) -> datetime.datetime:
         read = timezone.make_aware(read)
     read = read.astimezone(datetime.UTC)
     _last_read = ((before + time.monotonic()) / 2, read)
-    return _as_django(read)
+    return as_django(read)
 
 
 def now(*, reread: bool = True) -> datetime.datetime:
@@ -65,8 +65,4 @@ def now(*, reread: bool = True) -> datetime.datetime:
             return database_now()
         if last is None:
             return timezone.now()
-    return _as_django(last[1] + datetime.timedelta(seconds=time.monotonic() - last[0]))
-
-
-def _as_django(moment: datetime.datetime) -> datetime.datetime:
-    return moment if settings.USE_TZ else timezone.make_naive(moment)
+    return as_django(last[1] + datetime.timedelta(seconds=time.monotonic() - last[0]))

@@ -104,8 +104,6 @@ class WorkflowBackend(BaseTaskBackend):
 
         self.validate_task(task)
         run_after = task.run_after
-        if run_after is not None and timezone.is_naive(run_after):  # only with USE_TZ = False
-            run_after = timezone.make_aware(run_after)
         arguments = [_argument(value, f"Argument {n} of task {task.module_path!r}") for n, value in enumerate(args)]
         keywords = {
             name: _argument(value, f"Keyword argument {name!r} of task {task.module_path!r}")

@@ -15,8 +15,6 @@ from collections.abc import Callable
 from itertools import accumulate
 from typing import Any
 
-from django.utils import timezone
-
 from . import jsonb
 from .conf import conf
 from .errors import InvalidQueueLimit, InvalidWorkflowInput
@@ -206,7 +204,6 @@ def validate_queue(queue: Any) -> None:
 def validate_options(
     *,
     idempotency_key: Any,
-    run_after: Any,
     queue: Any,
     priority: Any,
     max_retries: Any,
@@ -220,13 +217,6 @@ def validate_options(
         )
     if idempotency_key is not None:
         check_text(idempotency_key, f"idempotency_key {idempotency_key[:40]!r}")
-    if run_after is not None:
-        if not isinstance(run_after, datetime.datetime):
-            raise InvalidWorkflowInput(f"run_after must be a datetime, not {type(run_after).__name__}.")
-        if timezone.is_naive(run_after):
-            raise InvalidWorkflowInput(
-                "run_after is a naive datetime; pass an aware one (django.utils.timezone.now() + timedelta(...))."
-            )
     validate_queue(queue)
     if isinstance(priority, bool) or not isinstance(priority, int) or not -(2**31) <= priority < 2**31:
         raise InvalidWorkflowInput(f"priority must be a 32-bit integer, not {priority!r}.")

@@ -19,6 +19,7 @@ from urllib.parse import quote, urlencode
 
 import psycopg
 from asgiref.sync import sync_to_async
+from django.conf import settings
 from django.db import connection, connections
 
 from orchestration.claim import claims
@@ -77,7 +78,7 @@ def run_async(main: Coroutine[Any, Any, T]) -> T:
 
 
 def worker_env(**extra: str) -> dict[str, str]:
-    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings", "PYTHONUNBUFFERED": "1"}
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": settings.SETTINGS_MODULE, "PYTHONUNBUFFERED": "1"}
     env["DATABASE_NAME"] = connection.settings_dict["NAME"]
     env.update(extra)
     return env

@@ -19,6 +19,7 @@ from django.utils.html import format_html
 from django.utils.http import urlencode
 from django.utils.safestring import SafeString
 
+from .. import moments
 from ..conf import conf
 from ..models import Workflow, WorkflowWorker
 from ..reports.charts import format_duration
@@ -50,7 +51,7 @@ def waiting_until(run_after: datetime.datetime | None, *, prefix: str = "until "
     children (``run_after``); ``prefix`` goes before a moment, or "woken"."""
     if run_after is None:
         return "woken: due now"
-    if run_after >= WAIT_FOREVER:
+    if moments.local(run_after) >= WAIT_FOREVER:
         return f"{prefix}woken" if prefix else "until woken (no time limit)"
     return format_html("{}{}", prefix, timestamp(run_after))
 
@@ -98,7 +99,7 @@ def timestamp(value: datetime.datetime | None, *, two_lines: bool = False) -> Sa
     admin's default drops seconds, and the zone)."""
     if value is None:
         return "—"
-    local = timezone.localtime(value)
+    local = moments.local(value)
     return format_html(
         '<time datetime="{}">{}{}{}</time>',
         local.isoformat(),
@@ -110,7 +111,7 @@ def timestamp(value: datetime.datetime | None, *, two_lines: bool = False) -> Sa
 
 def zoned(value: datetime.datetime) -> str:
     """A moment as plain text, with its zone: for a title attribute."""
-    return timezone.localtime(value).strftime("%Y-%m-%d %H:%M:%S %Z")
+    return moments.local(value).strftime("%Y-%m-%d %H:%M:%S %Z")
 
 
 def ago(value: datetime.datetime | None, now: datetime.datetime | None = None) -> SafeString | str:

@@ -32,7 +32,7 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.http import urlencode
 
-from .. import api, flow, transitions, worker_rows
+from .. import api, flow, moments, transitions, worker_rows
 from ..conf import conf
 from ..errors import InvalidTransition, InvalidWorkflowInput
 from ..models import FINISHED_STATUSES, StepStatus, Workflow, WorkflowStep, WorkflowWorker
@@ -222,10 +222,10 @@ def overview(model_admin: WorkflowConsole, request: HttpRequest) -> HttpResponse
         "waiting_url": changelist_url(pending="waiting"),
         "waiting_problem": waiting_problem,
         "chart": charts.hourly_bar_chart(
-            [(timezone.localtime(bucket.hour), bucket.completed, bucket.failed) for bucket in hourly or []],
+            [(moments.local(bucket.hour), bucket.completed, bucket.failed) for bucket in hourly or []],
             group_width=48,
         ),
-        "zone": timezone.localtime(now).strftime("%Z"),
+        "zone": moments.local(now).strftime("%Z"),
         "hourly_problem": hourly_problem,
         "health": [
             {

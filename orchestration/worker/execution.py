@@ -14,7 +14,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any, cast
 
-from .. import clock
+from .. import clock, moments
 from ..claim.claims import FinishedRun
 from ..ctx import async_context
 from ..ctx.async_context import AsyncWorkflowContext
@@ -33,6 +33,7 @@ from ..observability import logs, observe
 from ..registry import WorkflowDefinition, find_workflow, registered_workflows
 from ..terminal import printable
 from ..validation import ERROR_MESSAGE_MAX_LENGTH, storable_text, to_json_text
+from ..waits import WAIT_FOREVER
 
 logger = logs.RunLogger(__name__)
 
@@ -150,7 +151,8 @@ def _ended(run: Lease, ctx: WorkflowContext | None, exc: BaseException, started:
     if isinstance(exc, ReleaseRequested):
         return _settle(run, run.release, Outcome.RELEASED, "released to pending for shutdown")
     if isinstance(exc, Suspend):
-        until, wait, ready = exc.until, exc.wait, exc.ready
+        # No time limit: WAIT_FOREVER, in the form the run's deadline is compared in (USE_TZ).
+        until, wait, ready = exc.until or moments.as_django(WAIT_FOREVER), exc.wait, exc.ready
         return _settle(run, lambda: run.suspend(until, wait, ready), Outcome.WAITING, f"waiting for {wait.text}")
     if isinstance(exc, NotRegisteredHere):
         return _give_back_unregistered(run)

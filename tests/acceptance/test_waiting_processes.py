@@ -28,6 +28,7 @@ def stop(process) -> str:
     return output
 
 
+@pytest.mark.moments
 def test_sleeping_workflow__survives_a_worker_restart_and_wakes_on_time(workers):
     workflow = start_workflow("sleeper", {"seconds": 4})
     first = start_workers("--concurrency", "1", "--poll-interval", "0.2")
@@ -118,6 +119,7 @@ def test_atomic_step__killed_between_its_write_and_its_end_leaves_no_partial_wri
     assert Workflow.objects.get(pk=workflow.pk).attempts == 2
 
 
+@pytest.mark.moments
 def test_deadline__cancels_a_running_workflow_at_its_next_step_boundary_with_the_reason(workers):
     workflow = start_workflow("slow", {"seconds": 1, "steps": 8}, timeout=4)
     result = run_burst()

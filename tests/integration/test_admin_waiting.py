@@ -11,7 +11,7 @@ from django.contrib.admin.models import CHANGE, LogEntry
 from django.urls import reverse
 from django.utils import timezone
 
-from orchestration import start_workflow, waits
+from orchestration import moments, start_workflow, waits
 from orchestration.claim import claims
 from orchestration.models import Workflow, WorkflowEvent
 from orchestration.reports import stats
@@ -20,7 +20,7 @@ from tests.admin_support import failed_three_steps, staff_user, waiting_for_even
 from tests.factories import WorkflowFactory
 from tests.support import drain
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.moments]
 
 LIST_URL = reverse("admin:orchestration_workflow_changelist")
 OVERVIEW_URL = reverse("admin:orchestration_workflow_overview")
@@ -137,7 +137,7 @@ def test_send_event__invalid_json_is_refused_and_nothing_is_sent(admin_client):
     assert "Not valid JSON: Expecting property name enclosed in double quotes: line 1 column 2 (char 1)" in html
     assert "{approved: yes</textarea>" in html  # what was typed is kept, to correct it
     assert not WorkflowEvent.objects.exists() and not LogEntry.objects.exists()
-    assert Workflow.objects.get(pk=workflow.pk).run_after == waits.WAIT_FOREVER
+    assert Workflow.objects.get(pk=workflow.pk).run_after == moments.as_django(waits.WAIT_FOREVER)
 
 
 @pytest.mark.parametrize(
@@ -175,7 +175,7 @@ def test_send_event__a_name_other_than_the_awaited_one_says_what_the_workflow_wa
     workflow = waiting_for_event("approval")
     response = admin_client.post(send_url(workflow), {"name": "aproval", "payload": "true"}, follow=True)
     assert messages_of(response)[0].endswith("(it waits for 'approval' now).")
-    assert Workflow.objects.get(pk=workflow.pk).run_after == waits.WAIT_FOREVER  # not woken
+    assert Workflow.objects.get(pk=workflow.pk).run_after == moments.as_django(waits.WAIT_FOREVER)  # not woken
 
 
 def test_send_event__to_a_workflow_that_finished_meanwhile_is_refused_with_a_message(admin_client):
@@ -201,7 +201,7 @@ def test_send_event__a_user_without_the_retry_permission_can_neither_see_nor_sen
     assert client.get(send_url(workflow)).status_code == 403
     assert client.post(send_url(workflow), {"name": "approval", "payload": "{}"}).status_code == 403
     assert not WorkflowEvent.objects.exists()
-    assert Workflow.objects.get(pk=workflow.pk).run_after == waits.WAIT_FOREVER
+    assert Workflow.objects.get(pk=workflow.pk).run_after == moments.as_django(waits.WAIT_FOREVER)
 
 
 def test_send_event__a_user_with_the_retry_permission_can(client):
@@ -233,11 +233,11 @@ def test_workflow_list__shows_what_a_waiting_workflow_waits_for_and_until_when(a
     assert badge.format("event: manager approval") in row
     assert '<span class="orch-why">event: manager approval</span><span class="orch-why">until woken</span>' in row
     row = row_of(html, with_timeout)
-    assert f'<span class="orch-why">until <time datetime="{timezone.localtime(timeout_at).isoformat()}">' in row
+    assert f'<span class="orch-why">until <time datetime="{moments.local(timeout_at).isoformat()}">' in row
     row = row_of(html, timer)
     # The timer's own "until" is said once, from run_after.
     assert '<span class="orch-why">timer: nap</span>' in row
-    assert f'until <time datetime="{timezone.localtime(timer.run_after).isoformat()}">' in row
+    assert f'until <time datetime="{moments.local(timer.run_after).isoformat()}">' in row
     assert '<span class="orch-why">children: 1 of 3 finished</span>' in row_of(html, children)
 
 
@@ -264,7 +264,7 @@ def test_workflow_list__other_pending_workflows_say_why_they_are_pending(admin_c
     assert badge in row_of(html, due)
     row = row_of(html, retrying)
     assert 'title="ConnectionError: down">pending</span><span class="orch-why">retrying</span>' in row
-    assert f'at <time datetime="{timezone.localtime(retry_at).isoformat()}">' in row
+    assert f'at <time datetime="{moments.local(retry_at).isoformat()}">' in row
     assert '<span class="orch-why">scheduled</span>' in row_of(html, scheduled)
     row = row_of(html, woken)
     assert "orch-waiting" not in row and '<span class="orch-why">woken: event: approval</span>' in row
@@ -313,10 +313,10 @@ def test_workflow_page__says_what_it_waits_for_until_when_and_its_deadline(admin
     waiting = html.split(">Waiting</h2>", 1)[1].split("</fieldset>", 1)[0]
     assert '<div class="readonly">event: manager approval</div>' in waiting
     # The until field says the moment alone (no "Until: until ..."), with its zone.
-    assert f'<div class="readonly"><time datetime="{timezone.localtime(timeout_at).isoformat()}">' in waiting
-    assert "until <time" not in waiting and " UTC</time>" in waiting
+    assert f'<div class="readonly"><time datetime="{moments.local(timeout_at).isoformat()}">' in waiting
+    assert "until <time" not in waiting and f" {moments.local(timeout_at):%Z}</time>" in waiting
     timing = html.split(">Timing</h2>", 1)[1].split("</fieldset>", 1)[0]
-    assert f'<time datetime="{timezone.localtime(deadline).isoformat()}">' in timing
+    assert f'<time datetime="{moments.local(deadline).isoformat()}">' in timing
     # Its waiting step shows as such, with what it waits for.
     step = html.split('<tr class="orch-step-row" data-step="1">', 1)[1].split("</tr>", 1)[0]
     assert "orch-badge orch-waiting" in step and "&quot;event&quot;: &quot;manager approval&quot;" in step

@@ -19,7 +19,7 @@ from tests.admin_support import failed_three_steps, record_steps
 from tests.factories import WorkflowFactory, WorkflowStepFactory
 from tests.support import drain, run_manage
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.moments]
 
 
 def run(*args: str) -> str:

@@ -11,7 +11,7 @@ from tests.admin_support import failed_three_steps, staff_user
 from tests.factories import WorkflowFactory, WorkflowStepFactory
 from tests.support import drain
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.moments]
 
 
 def steps_of(workflow: Workflow) -> list[tuple]:

@@ -17,7 +17,7 @@ from orchestration.retention import purge_workflows
 from orchestration.schedules import Scheduler
 from tests.support import drain
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.moments]
 
 
 def customer_service_down(data: Any) -> str:

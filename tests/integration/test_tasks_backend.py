@@ -26,7 +26,7 @@ from orchestration.validation import NotJSONSerializable
 from tests.support import drain
 from tests.testapp import tasks
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.moments]
 
 
 def row_of(result) -> Workflow:

@@ -20,7 +20,7 @@ from orchestration.reports.listing import search_q
 from tests.support import drain
 from tests.testapp.workflows import echo
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.moments]
 
 
 def test_unique_while_active__a_start_while_the_keys_run_is_active_returns_that_run():

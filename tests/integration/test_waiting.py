@@ -6,13 +6,13 @@ import time
 import pytest
 from django.utils import timezone
 
-from orchestration import InvalidTransition, cancel_workflow, send_event, start_workflow
+from orchestration import InvalidTransition, cancel_workflow, moments, send_event, start_workflow, waits
 from orchestration.claim import claims
 from orchestration.models import Workflow, WorkflowEvent, WorkflowStep
 from tests.support import drain
 from tests.testapp.models import LedgerEntry, StepRun
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.moments]
 
 
 def test_sleep__releases_the_workflow_until_its_wake_up_time_without_spending_an_attempt():
@@ -73,7 +73,7 @@ def test_event_sent_after_the_wait__wakes_the_waiting_workflow():
     workflow = start_workflow("awaits_approval")
     assert drain() == ["waiting"]
     workflow.refresh_from_db()
-    assert workflow.waiting_for == "event: approval" and workflow.run_after.year == 9999
+    assert workflow.waiting_for == "event: approval" and workflow.run_after == moments.as_django(waits.WAIT_FOREVER)
     send_event(str(workflow.pk), "approval", "yes")
     workflow.refresh_from_db()
     assert workflow.run_after is None

@@ -20,7 +20,7 @@ class Weekday(enum.IntEnum):
     TUESDAY = 2
 
 
-GOOD = dict(idempotency_key=None, run_after=None, queue="default", priority=0, max_retries=3)
+GOOD = dict(idempotency_key=None, queue="default", priority=0, max_retries=3)
 
 
 def test_to_json_value__round_trips_like_jsonb():
@@ -65,7 +65,6 @@ def test_to_json_value__rejects_payloads_over_the_limit():
 @pytest.mark.parametrize(
     ("option", "value", "message"),
     [
-        ("run_after", datetime.datetime(2030, 1, 1), "naive"),
         ("max_retries", -1, "max_retries"),
         ("max_retries", True, "max_retries"),
         ("priority", "high", "priority"),

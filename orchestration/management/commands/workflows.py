@@ -25,7 +25,7 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 import orchestration
-from orchestration import api
+from orchestration import api, moments
 from orchestration.errors import InvalidTransition, InvalidWorkflowInput
 from orchestration.management.arguments import POSITIVE_SECONDS, Bounded
 from orchestration.management.outage import ReportsOutages
@@ -52,7 +52,7 @@ def _since(value: str) -> datetime.datetime:
         moment = None
     if moment is None:
         raise argparse.ArgumentTypeError(f"{value!r} is neither a date, a moment (ISO 8601) nor an age (90m, 6h, 7d)")
-    return moment if timezone.is_aware(moment) else timezone.make_aware(moment)
+    return moments.typed(moment)
 
 
 def _steps(value: str) -> tuple[int, int | None]:
@@ -351,4 +351,4 @@ def _status(row: dict[str, Any]) -> str:
 
 
 def _moment(value: datetime.datetime | None) -> str:
-    return timezone.localtime(value).strftime("%Y-%m-%d %H:%M:%S") if value else "-"
+    return moments.local(value).strftime("%Y-%m-%d %H:%M:%S") if value else "-"

@@ -22,7 +22,7 @@ from django.db import transaction
 from django.db.models.functions import Now
 from django.utils import timezone
 
-from . import clock
+from . import clock, moments
 from .conf import conf
 from .errors import InvalidWorkflowInput
 from .inputs import as_json
@@ -98,7 +98,7 @@ class Scheduler:
         """Start each schedule's latest tick not started yet. A schedule whose
         start fails is logged, once a tick, and tried again at the next pass;
         the others go on. A database outage is raised: it stops them all."""
-        now = clock.now()
+        now = moments.local(clock.now()).astimezone(datetime.UTC)  # ticks in UTC, whatever USE_TZ
         for definition in scheduled_workflows():
             assert definition.schedule is not None
             tick = latest_tick(definition.schedule, now)
@@ -130,10 +130,12 @@ def start_tick(definition: WorkflowDefinition, tick: datetime.datetime) -> uuid.
     with transaction.atomic(using=conf.DATABASE):
         ticks.bulk_create([ScheduleTick(name=definition.name)], ignore_conflicts=True)
         last = ticks.select_for_update().values_list("last_tick", flat=True).get(name=definition.name)
-        if last is not None and last >= tick:
+        if last is not None and moments.local(last) >= tick:
             return None
         key = f"schedule:{definition.name}:{tick.isoformat()}"
         workflow = start_workflow(definition.name, scheduled_input(tick), idempotency_key=key)
-        ticks.filter(name=definition.name).update(last_tick=tick, workflow_id=workflow.pk, started_at=Now())
+        ticks.filter(name=definition.name).update(
+            last_tick=moments.as_django(tick), workflow_id=workflow.pk, started_at=Now()
+        )
     logger.debug("schedule %s: workflow %s runs the tick of %s", definition.name, workflow.pk, tick)
     return workflow.pk

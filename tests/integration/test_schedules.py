@@ -62,3 +62,14 @@ def test_schedule__whose_concurrency_key_function_fails_on_the_scheduled_input__
         workflow("keyed_by_customer", schedule="0 * * * *", concurrency_key=lambda data: data["customer"])(
             lambda ctx, data: None
         )
+
+
+def test_scheduler__ticks_in_utc_whatever_use_tz():
+    Scheduler().start_due_runs()
+    tick = datetime.datetime.fromisoformat(
+        Workflow.objects.get(workflow_type="monthly_bill").input_data["scheduled_for"]
+    )
+    assert tick.utcoffset() == datetime.timedelta(0)
+    assert (tick.day, tick.hour, tick.minute) == (1, 0, 0)  # its cron, "0 0 1 * *", read in UTC
+    Scheduler().start_due_runs()  # the tick's row, read back, is that tick: not started twice
+    assert Workflow.objects.filter(workflow_type="monthly_bill").count() == 1

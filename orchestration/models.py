@@ -100,6 +100,8 @@ class Workflow(models.Model):
         db_column="parent_id",
         db_index=False,
     )
+    # Started by ``ctx.start_child(..., detached=True)``: a cancel of its parent leaves it running.
+    detached = models.BooleanField(default=False, db_default=False)
     # Consecutive worker deaths at ``lost_at_step`` (crash-loop quarantine).
     worker_deaths = models.IntegerField(default=0, db_default=0)
     lost_at_step = models.IntegerField(null=True, blank=True)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import datetime
 import enum
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -85,6 +86,8 @@ MOVES: dict[str, Move] = {
     "skip_step": Move((FAILED, CANCELLED), PENDING, (Actor.OPERATOR,)),
     "restart": Move((FAILED, CANCELLED, COMPLETED), PENDING, (Actor.OPERATOR,)),
     "cancel": Move((PENDING, RUNNING), CANCELLED, (Actor.OPERATOR,)),
+    # The unfinished children of a run cancelled (by an operator, or past its deadline), down the tree:
+    "cancel_with_parent": Move((PENDING, RUNNING), CANCELLED, (Actor.OPERATOR, Actor.WORKER)),
 }
 
 #: What every move into a status writes besides the status: no status but
@@ -214,7 +217,14 @@ def await_worker(rows: QuerySet[Workflow], waiting_for: str) -> int:
 
 
 def cancel_past_deadline(rows: QuerySet[Workflow], message: str) -> int:
-    return _move(rows, "cancel_past_deadline", error_message=message)
+    """Cancelled at its deadline, with its unfinished children (``cancel_children``)."""
+    with transaction.atomic(using=rows.db, savepoint=False):
+        ids = list(rows.values_list("pk", flat=True))
+        _lock_children(ids)
+        moved = _move(rows, "cancel_past_deadline", error_message=message)
+        if moved:
+            _cancel_children(ids, message)
+    return moved
 
 
 # -- a run whose worker stopped heartbeating ---------------------------------------
@@ -331,22 +341,107 @@ def restart_workflow(workflow: WorkflowRef) -> Workflow:
 
 
 def cancel_workflow(workflow: WorkflowRef, reason: str = "Cancelled.") -> Workflow:
-    """Cancel a pending or running workflow.
+    """Cancel a pending or running workflow, and its unfinished children.
 
     A running workflow's worker notices at its next step boundary (or
     heartbeat) and writes nothing more; the step it was running is marked
-    failed now, since its result will never be recorded.
+    failed now, since its result will never be recorded. Its pending or
+    running children are cancelled in the same transaction, and theirs, down
+    the tree (``cancel_children``), except those started ``detached``.
     """
     check_text(reason, "The reason to cancel")
     workflow_id = workflow_id_of(workflow)
-    alias = conf.DATABASE
-    with transaction.atomic(using=alias):
+    with transaction.atomic(using=conf.DATABASE):
+        _lock_children([workflow_id])
         result = operator_move(workflow_id, "cancel", "cancel", changes={"error_message": reason}, notify=False)
-        steps = WorkflowStep.objects.using(alias).filter(workflow_id=workflow_id)
-        steps.filter(status=StepStatus.RUNNING).fail(f"Workflow cancelled while this step ran: {reason}")
-        # A wait (timer, event, children) recorded but not over ends here too.
-        steps.filter(status=StepStatus.PENDING).fail(f"Workflow cancelled while it waited: {reason}")
+        _end_steps([workflow_id], reason)
+        _cancel_children([workflow_id], reason)
     return result
+
+
+def _end_steps(workflow_ids: list[uuid.UUID], reason: str) -> None:
+    """The steps of cancelled runs that will never end: the one running, and a wait (timer, event, children)."""
+    steps = WorkflowStep.objects.using(conf.DATABASE).filter(workflow_id__in=workflow_ids)
+    steps.filter(status=StepStatus.RUNNING).fail(f"Workflow cancelled while this step ran: {reason}")
+    steps.filter(status=StepStatus.PENDING).fail(f"Workflow cancelled while it waited: {reason}")
+
+
+# -- a cancel's children ------------------------------------------------------------
+#
+# Cancelling a run cancels its unfinished children, and theirs, down the tree, in
+# the same transaction: a batch an operator stops, stops. A child started
+# ``detached`` is left running, and so are its own children. A run that completes
+# or fails on its own leaves its children as they are. The children are locked
+# before the run they belong to, deepest first: the order a child's own end takes
+# (its row, then its parent's, to wake it), so the two never wait for each other.
+
+
+def _cancellable(**where: Any) -> QuerySet[Workflow]:
+    """The runs ``where`` says that a cancel with their parent may move."""
+    return Workflow.objects.using(conf.DATABASE).filter(status__in=MOVES["cancel_with_parent"].sources, **where)
+
+
+def _unfinished_children(parent_ids: Iterable[uuid.UUID]) -> QuerySet[Workflow]:
+    """The children of ``parent_ids`` a cancel of them stops (by ``idx_workflows_parent``)."""
+    return _cancellable(parent_id__in=list(parent_ids), detached=False)
+
+
+def _tree(workflow_ids: list[uuid.UUID]) -> list[dict[uuid.UUID, uuid.UUID]]:
+    """The unfinished, attached children of ``workflow_ids`` and theirs, down the
+    tree: a level a dict (``{child: its parent}``), the children first."""
+    levels: list[dict[uuid.UUID, uuid.UUID]] = []
+    seen = set(workflow_ids)
+    level: Iterable[uuid.UUID] = workflow_ids
+    while level:
+        found = dict(_unfinished_children(level).values_list("pk", "parent_id"))
+        kept = seen | _shared_with_forks(found)
+        level = {pk: parent for pk, parent in found.items() if pk not in kept}
+        seen.update(level)
+        if level:
+            levels.append(level)
+    return levels
+
+
+def _shared_with_forks(children: dict[uuid.UUID, uuid.UUID]) -> set[uuid.UUID]:
+    """The ``children`` (``{child: its parent}``) an unfinished fork of their parent
+    copied the starting step of, and may wait for: left running for it (see ``forks``)."""
+    forks = waits.forks_of(set(children.values()))
+    if not forks:  # most runs: one look-up by idx_workflows_forked_from
+        return set()
+    unfinished = _cancellable(pk__in=forks).values("pk")
+    copied = WorkflowStep.objects.using(conf.DATABASE).filter(
+        workflow_id__in=unfinished, status=StepStatus.COMPLETED, output_data__workflow_id__in=[str(c) for c in children]
+    )
+    return {uuid.UUID(pk) for pk in copied.values_list("output_data__workflow_id", flat=True)}
+
+
+def children_to_stop(workflow_ids: list[uuid.UUID]) -> int:
+    """How many runs a cancel of ``workflow_ids`` would also stop: their unfinished
+    children, and theirs, down the tree, but for the detached. For a confirmation."""
+    return sum(len(level) for level in _tree(workflow_ids))
+
+
+def _lock_children(workflow_ids: list[uuid.UUID]) -> None:
+    """Lock the runs ``_tree`` finds, deepest first, before the runs they belong to."""
+    for level in reversed(_tree(workflow_ids)):
+        list(_cancellable(pk__in=list(level)).select_for_update(no_key=True).order_by("pk").values_list("pk"))
+
+
+def _cancel_children(workflow_ids: list[uuid.UUID], reason: str) -> int:
+    """Cancel the unfinished children of the runs ``workflow_ids`` (cancelled and
+    held), down the tree, each with a message naming its parent. Looked up again:
+    a child started since ``_lock_children`` is cancelled too (its parent, now
+    locked, can start no other)."""
+    cancelled = 0
+    for level in _tree(workflow_ids):
+        by_parent: dict[uuid.UUID, list[uuid.UUID]] = {}
+        for child, parent in level.items():
+            by_parent.setdefault(parent, []).append(child)
+        for parent, children in sorted(by_parent.items()):
+            message = f"Cancelled with its parent workflow {parent}: {reason}"
+            cancelled += _move(_cancellable(pk__in=children), "cancel_with_parent", error_message=message)
+            _end_steps(children, message)
+    return cancelled
 
 
 def retry_from_step(workflow: WorkflowRef, step_number: int) -> Workflow:

@@ -171,7 +171,7 @@ def wake_parents(finished: Mapping[uuid.UUID, uuid.UUID]) -> None:
     """
     parents = set(finished.values())
     locked: dict[uuid.UUID, tuple[str, str | None, str]] = {}
-    to_lock = parents | _forks_of(parents)
+    to_lock = parents | forks_of(parents)
     while to_lock:
         rows = (
             _workflows()
@@ -181,7 +181,7 @@ def wake_parents(finished: Mapping[uuid.UUID, uuid.UUID]) -> None:
             .values_list("pk", "status", "waiting_for", "queue")
         )
         locked.update((pk, (status, waiting_for, queue)) for pk, status, waiting_for, queue in rows)
-        to_lock = _forks_of(set(locked)) - set(locked)
+        to_lock = forks_of(set(locked)) - set(locked)
     waiting = {
         pk: queue
         for pk, (status, waiting_for, queue) in locked.items()
@@ -200,7 +200,7 @@ def wake_parents(finished: Mapping[uuid.UUID, uuid.UUID]) -> None:
             notify_new_work(conf.DATABASE, queue)
 
 
-def _forks_of(runs: set[uuid.UUID]) -> set[uuid.UUID]:
+def forks_of(runs: set[uuid.UUID]) -> set[uuid.UUID]:
     """The forks of ``runs``, and the forks of those, and so on (by
     ``idx_workflows_forked_from``: one look-up finding none, for most runs)."""
     found: set[uuid.UUID] = set()

@@ -12,9 +12,11 @@ from collections.abc import Callable
 from typing import Any
 
 from django.contrib import admin, messages
+from django.contrib.admin import helpers
 from django.contrib.admin.models import CHANGE, LogEntry
 from django.db.models import QuerySet
 from django.http import HttpRequest
+from django.template.response import TemplateResponse
 from django.utils.html import format_html, format_html_join
 
 from .. import api
@@ -22,7 +24,9 @@ from ..conf import conf
 from ..errors import InvalidTransition
 from ..models import Workflow
 from ..reports.listing import short_id
+from ..transitions import MOVES, children_to_stop
 from .display import change_url
+from .page import children_stopped
 
 
 @admin.action(description="Retry selected workflows (keep completed steps)", permissions=["retry"])
@@ -42,8 +46,37 @@ def restart_workflows(
 @admin.action(description="Cancel selected workflows", permissions=["cancel"])
 def cancel_workflows(
     model_admin: admin.ModelAdmin[Workflow], request: HttpRequest, queryset: QuerySet[Workflow]
-) -> None:
+) -> TemplateResponse | None:
+    """Asks first, saying how many workflows it cancels and how many of their
+    children it stops with them; then cancels each through the API."""
+    if request.POST.get("confirmed") != "yes":
+        return _confirm_cancel(model_admin, request, queryset)
     _apply(model_admin, request, queryset, api.cancel_workflow, "cancelled", "only pending or running ones can be")
+    return None
+
+
+def _confirm_cancel(
+    model_admin: admin.ModelAdmin[Workflow], request: HttpRequest, queryset: QuerySet[Workflow]
+) -> TemplateResponse:
+    ids = list(queryset.values_list("pk", flat=True))
+    cancellable = list(queryset.filter(status__in=MOVES["cancel"].sources).values_list("pk", flat=True))
+    return TemplateResponse(
+        request,
+        "admin/orchestration/workflow/cancel_confirmation.html",
+        {
+            **model_admin.admin_site.each_context(request),
+            "opts": model_admin.opts,
+            "title": "Cancel workflows",
+            "ids": ids,
+            "checkbox": helpers.ACTION_CHECKBOX_NAME,
+            "select_across": request.POST.get("select_across", "0"),
+            "selected": len(ids),
+            "cancellable": len(cancellable),
+            "skipped": len(ids) - len(cancellable),
+            "children_stopped": children_stopped(children_to_stop(cancellable)),
+            "back": request.get_full_path(),
+        },
+    )
 
 
 @admin.action(description="Requeue selected stuck workflows (no heartbeat)", permissions=["retry"])

@@ -23,7 +23,7 @@ from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
-from .. import api
+from .. import api, transitions
 from ..errors import InvalidTransition
 from ..models import StepStatus, Workflow, WorkflowStatus, WorkflowStep
 from ..reports import charts
@@ -51,8 +51,7 @@ RUN_ACTIONS = (
     RunAction("retry", "Retry", ("failed", "cancelled"), "retry", api.retry_workflow, _RETRIED),
     RunAction("restart", "Restart from scratch", ("failed", "cancelled", "completed"), "retry", api.restart_workflow,
               _RESTARTED, _DISCARD),
-    RunAction("cancel", "Cancel", ("pending", "running"), "cancel", api.cancel_workflow, "is cancelled",
-              "Cancel this workflow?"),
+    RunAction("cancel", "Cancel", ("pending", "running"), "cancel", api.cancel_workflow, "is cancelled"),
 )  # fmt: skip
 
 
@@ -126,7 +125,7 @@ def summary(model_admin: WorkflowConsole, request: HttpRequest, workflow: Workfl
         {
             "name": action.name,
             "label": action.label,
-            "confirm": action.confirm,
+            "confirm": cancel_confirmation(workflow) if action.name == "cancel" else action.confirm,
             "url": reverse("admin:orchestration_workflow_run_action", args=[quote(workflow.pk), action.name]),
         }
         for action in RUN_ACTIONS
@@ -141,6 +140,20 @@ def summary(model_admin: WorkflowConsole, request: HttpRequest, workflow: Workfl
             "history": history(workflow),
         }
     }
+
+
+def cancel_confirmation(workflow: Workflow) -> str:
+    """What the Cancel button asks: how many runs the cancel stops besides this one."""
+    stopped = transitions.children_to_stop([workflow.pk])
+    return f"Cancel this workflow?{children_stopped(stopped)}"
+
+
+def children_stopped(count: int) -> str:
+    """How a cancel's confirmation says the children it stops (none: nothing)."""
+    if not count:
+        return ""
+    children = "1 unfinished child workflow" if count == 1 else f"{count} unfinished child workflows"
+    return f" It also stops {children} (their children and theirs); detached children keep running."
 
 
 def run_action(model_admin: WorkflowConsole, request: HttpRequest, object_id: str, name: str) -> HttpResponse:

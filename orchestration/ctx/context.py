@@ -20,6 +20,7 @@ from ..errors import (
     ControlFlow,
     DeadlineExceeded,
     EventTimeout,
+    InvalidWorkflowInput,
     LeaseLost,
     NonDeterministicWorkflow,
     PermanentError,
@@ -255,8 +256,14 @@ class WorkflowContext:
             time.sleep(left)  # then look for the event once more: it may have come meanwhile
         raise Suspend(timeout_at, Wait.event(name), ready=lambda: waits.has_unconsumed_event(run.id, name))
 
-    def start_child(self, workflow_type: str, input_data: Any = None, **options: Any) -> ChildHandle:
-        """Start a child workflow (exactly once, recorded as a step) and return its handle."""
+    def start_child(
+        self, workflow_type: str, input_data: Any = None, *, detached: bool = False, **options: Any
+    ) -> ChildHandle:
+        """Start a child workflow (exactly once, recorded as a step) and return its handle.
+
+        Cancelling this run cancels the child too, unless it is ``detached``."""
+        if not isinstance(detached, bool):
+            raise InvalidWorkflowInput(f"detached must be True or False, not {detached!r}.")
         name = f"start child {workflow_type}"[:200]
         number, done, recorded_output = self._begin(name)
         if done:
@@ -266,7 +273,7 @@ class WorkflowContext:
         def start_child() -> dict[str, str]:
             key = waits.child_key(run.id, number)
             child = start_workflow(workflow_type, input_data, idempotency_key=key, **options)
-            Workflow.objects.using(conf.DATABASE).filter(pk=child.pk).update(parent_id=run.id)
+            Workflow.objects.using(conf.DATABASE).filter(pk=child.pk).update(parent_id=run.id, detached=detached)
             return {"workflow_id": str(child.pk)}
 
         output = run.complete_step_with(number, start_child)

@@ -26,10 +26,11 @@ def change_url(workflow: Workflow) -> str:
     return reverse("admin:orchestration_workflow_change", args=[workflow.pk])
 
 
-def run_action(client, action: str, *workflows: Workflow, follow: bool = True):
+def run_action(client, action: str, *workflows: Workflow, follow: bool = True, **confirmed: str):
+    """Post ``action`` on ``workflows``; a cancel, confirmed (``confirmed="yes"``) or asking first."""
     return client.post(
         LIST_URL,
-        {"action": action, "_selected_action": [str(w.pk) for w in workflows], "index": 0},
+        {"action": action, "_selected_action": [str(w.pk) for w in workflows], "index": 0, **confirmed},
         follow=follow,
     )
 
@@ -262,12 +263,39 @@ def test_cancel_action__cancels_pending_and_running_only(admin_client):
     pending = WorkflowFactory(status="pending")
     running = stuck_running()
     failed = failed_three_steps()
-    response = run_action(admin_client, "cancel_workflows", pending, running, failed)
+    response = run_action(admin_client, "cancel_workflows", pending, running, failed, confirmed="yes")
     [message] = [str(m) for m in response.context["messages"]]
     assert message.startswith(
         "2 workflow(s) cancelled; 1 skipped (in the wrong state: only pending or running ones can be)."
     )
     assert (status_of(pending), status_of(running), status_of(failed)) == ("cancelled", "cancelled", "failed")
+
+
+def test_cancel_action__asks_first_saying_how_many_children_it_stops(admin_client):
+    parent, finished = WorkflowFactory(status="running"), WorkflowFactory(status="completed")
+    child = WorkflowFactory(parent=parent)
+    WorkflowFactory(parent=child, status="running")
+    WorkflowFactory(parent=parent, detached=True)
+    response = run_action(admin_client, "cancel_workflows", parent, finished)
+    page = response.content.decode()
+    assert "Cancel 1 pending or running workflow of the 2 selected?" in page
+    assert "It also stops 2 unfinished child workflows (their children and theirs)" in page
+    assert "The other 1 is finished" in page
+    assert (status_of(parent), status_of(child)) == ("running", "pending")  # nothing changed yet
+    confirmed = run_action(admin_client, "cancel_workflows", parent, finished, confirmed="yes")
+    [message] = [str(m) for m in confirmed.context["messages"]]
+    assert message.startswith("1 workflow(s) cancelled; 1 skipped")
+    assert (status_of(parent), status_of(child)) == ("cancelled", "cancelled")
+
+
+def test_run_page__its_cancel_button_asks_saying_how_many_children_it_stops(admin_client):
+    parent = WorkflowFactory(status="running")
+    WorkflowFactory(parent=parent)
+    page = admin_client.get(reverse("admin:orchestration_workflow_change", args=[parent.pk])).content.decode()
+    assert 'data-confirm="Cancel this workflow? It also stops 1 unfinished child workflow' in page
+    lone = WorkflowFactory(status="pending")
+    page = admin_client.get(reverse("admin:orchestration_workflow_change", args=[lone.pk])).content.decode()
+    assert 'data-confirm="Cancel this workflow?"' in page
 
 
 def test_requeue_stuck_action__requeues_only_running_workflows_without_a_heartbeat(admin_client):
@@ -310,7 +338,7 @@ def test_actions__each_needs_its_own_permission(client):
     run_action(client, "retry_workflows", failed)
     run_action(client, "restart_workflows", failed)
     assert status_of(failed) == "failed"
-    run_action(client, "cancel_workflows", pending)
+    run_action(client, "cancel_workflows", pending, confirmed="yes")
     assert status_of(pending) == "cancelled"
 
 

@@ -87,9 +87,9 @@ def fork_waiting_for_the_originals_child(*, cancel_original: bool) -> tuple[Work
     original = start_workflow("fan_out", {"children": 1, "child": "awaits_approval"})
     assert drain() == ["waiting", "waiting"]
     child = Workflow.objects.get(parent=original)
-    if cancel_original:
-        cancel_workflow(original, "superseded by its fork")
     fork = fork_workflow(original, from_step=2)
+    if cancel_original:  # which leaves the child its fork shares running
+        cancel_workflow(original, "superseded by its fork")
     assert drain() == ["waiting"]
     assert Workflow.objects.get(pk=fork.pk).waiting_for == "children: 0 of 1 finished"
     return original, fork, child

@@ -113,6 +113,7 @@ def test_cancel_workflow__the_children_a_fan_out_started_are_cancelled_and_never
     assert statuses(*Workflow.objects.filter(parent=parent)) == ["cancelled"] * 3
 
 
+@pytest.mark.moments
 def test_deadline__a_parent_cancelled_at_its_deadline_cancels_its_children():
     parent = start_workflow("fan_out", {"children": 2, "child": "awaits_approval"}, timeout=3600)
     assert execute(claims.claim("w", None)[0]) == "waiting"

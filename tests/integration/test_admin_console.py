@@ -13,7 +13,7 @@ from django.db import connection
 from django.urls import reverse
 from django.utils import timezone
 
-from orchestration import start_workflow
+from orchestration import moments, start_workflow
 from orchestration.admin.views import needs_vacuum
 from orchestration.models import Workflow, WorkflowWorker
 from orchestration.reports import stats
@@ -22,7 +22,7 @@ from tests.admin_support import failed_three_steps, require_error_index, staff_u
 from tests.factories import WorkflowFactory
 from tests.support import drain
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.moments]
 
 LIST_URL = reverse("admin:orchestration_workflow_changelist")
 OVERVIEW_URL = reverse("admin:orchestration_workflow_overview")
@@ -139,7 +139,7 @@ def test_run_page__lists_the_errors_of_earlier_attempts_after_a_success(admin_cl
     history = html.split('class="orch-error-history"', 1)[1].split("</ol>", 1)[0]
     assert history.count("<li>") == 2
     assert "flaky failure on attempt 2" in history and "attempt 1 · step 2" in history
-    assert " UTC</time>" in history
+    assert f" {moments.local(timezone.now()):%Z}</time>" in history
 
 
 # -- the overview ------------------------------------------------------------------
@@ -209,11 +209,12 @@ def test_overview__flags_the_tables_that_need_a_vacuum(admin_client, monkeypatch
 def test_overview__is_linked_from_the_site_index_and_times_say_their_zone(admin_client):
     assert OVERVIEW_URL in admin_client.get(reverse("admin:index")).content.decode()
     html = admin_client.get(OVERVIEW_URL).content.decode()
-    assert "(hours in UTC)" in html
+    assert f"(hours in {moments.local(timezone.now()):%Z})" in html
 
 
 def test_run_page__every_moment_says_its_zone(admin_client):
     workflow = failed_three_steps(deadline=timezone.now() + datetime.timedelta(hours=1))
     html = admin_client.get(change_url(workflow)).content.decode()
     timing = html.split(">Timing</h2>", 1)[1].split("</fieldset>", 1)[0]
-    assert timing.count("<time ") >= 4 and timing.count("<time ") == timing.count(" UTC</time>")
+    zone = f" {moments.local(timezone.now()):%Z}</time>"
+    assert timing.count("<time ") >= 4 and timing.count("<time ") == timing.count(zone)

@@ -55,11 +55,22 @@ def cancel_workflows(
     return None
 
 
+#: Workflows whose children the cancel's confirmation counts; past it, it says so without a number.
+CHILDREN_COUNTED_FOR = 10_000
+
+
 def _confirm_cancel(
     model_admin: admin.ModelAdmin[Workflow], request: HttpRequest, queryset: QuerySet[Workflow]
 ) -> TemplateResponse:
-    ids = list(queryset.values_list("pk", flat=True))
-    cancellable = list(queryset.filter(status__in=MOVES["cancel"].sources).values_list("pk", flat=True))
+    # Posted back as they came: the ids ticked, and "select all" across pages (the
+    # list's filters, in the page's address, select the same rows again).
+    across = request.POST.get("select_across") == "1"
+    ids = request.POST.getlist(helpers.ACTION_CHECKBOX_NAME)
+    cancellable = queryset.filter(status__in=MOVES["cancel"].sources)
+    roots = list(cancellable.values_list("pk", flat=True)[: CHILDREN_COUNTED_FOR + 1])
+    counted = len(roots) <= CHILDREN_COUNTED_FOR
+    selected = queryset.count() if across else len(ids)
+    to_cancel = len(roots) if counted else cancellable.count()
     return TemplateResponse(
         request,
         "admin/orchestration/workflow/cancel_confirmation.html",
@@ -69,11 +80,11 @@ def _confirm_cancel(
             "title": "Cancel workflows",
             "ids": ids,
             "checkbox": helpers.ACTION_CHECKBOX_NAME,
-            "select_across": request.POST.get("select_across", "0"),
-            "selected": len(ids),
-            "cancellable": len(cancellable),
-            "skipped": len(ids) - len(cancellable),
-            "children_stopped": children_stopped(children_to_stop(cancellable)),
+            "select_across": "1" if across else "0",
+            "selected": selected,
+            "cancellable": to_cancel,
+            "skipped": selected - to_cancel,
+            "children_stopped": children_stopped(children_to_stop(roots) if counted else None),
             "back": request.get_full_path(),
         },
     )

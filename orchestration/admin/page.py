@@ -148,11 +148,14 @@ def cancel_confirmation(workflow: Workflow) -> str:
     return f"Cancel this workflow?{children_stopped(stopped)}"
 
 
-def children_stopped(count: int) -> str:
-    """How a cancel's confirmation says the children it stops (none: nothing)."""
-    if not count:
+def children_stopped(count: int | None) -> str:
+    """How a cancel's confirmation says the children it stops (0: nothing; None: not counted)."""
+    if count == 0:
         return ""
-    children = "1 unfinished child workflow" if count == 1 else f"{count} unfinished child workflows"
+    if count is None:
+        children = "their unfinished child workflows"
+    else:
+        children = "1 unfinished child workflow" if count == 1 else f"{count} unfinished child workflows"
     return f" It also stops {children} (their children and theirs); detached children keep running."
 
 

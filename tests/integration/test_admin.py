@@ -364,3 +364,26 @@ def test_workflow_list__step_counts_come_from_steps_not_from_current_step(admin_
         WorkflowStepFactory(workflow=workflow, step_number=number)
     row = next(r for r in admin_client.get(LIST_URL).content.decode().split("<tr") if str(workflow.pk)[:8] in r)
     assert "3 / 3" in row
+
+
+def test_cancel_action__confirmed_from_its_page_cancels_the_selection(admin_client):
+    pending, other = WorkflowFactory(status="pending"), WorkflowFactory(status="pending")
+    asked = run_action(admin_client, "cancel_workflows", pending)
+    assert 'name="confirmed" value="yes"' in asked.content.decode()
+    # The page's own form: the ids it carries, no "index" (Django's actions with a confirmation).
+    confirmed = admin_client.post(
+        LIST_URL, {"action": "cancel_workflows", "_selected_action": [str(pending.pk)], "confirmed": "yes"}, follow=True
+    )
+    assert "1 workflow(s) cancelled" in confirmed.content.decode()
+    assert (status_of(pending), status_of(other)) == ("cancelled", "pending")
+
+
+def test_cancel_action__across_every_page_counts_the_whole_selection(admin_client):
+    parents = [WorkflowFactory(status="running") for _ in range(3)]
+    WorkflowFactory(parent=parents[0])
+    page = admin_client.post(
+        f"{LIST_URL}?status__exact=running",  # the list's filter: the running parents, not the pending child
+        {"action": "cancel_workflows", "_selected_action": [str(parents[0].pk)], "index": 0, "select_across": "1"},
+    ).content.decode()
+    assert "Cancel 3 pending or running workflows of the 3 selected? It also stops 1 unfinished child" in page
+    assert 'name="select_across" value="1"' in page

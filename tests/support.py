@@ -19,7 +19,6 @@ from urllib.parse import quote, urlencode
 
 import psycopg
 from asgiref.sync import sync_to_async
-from django.conf import settings
 from django.db import connection, connections
 
 from orchestration.claim import claims
@@ -78,7 +77,10 @@ def run_async(main: Coroutine[Any, Any, T]) -> T:
 
 
 def worker_env(**extra: str) -> dict[str, str]:
-    env = {**os.environ, "DJANGO_SETTINGS_MODULE": settings.SETTINGS_MODULE, "PYTHONUNBUFFERED": "1"}
+    # The run's settings module (pytest --ds: tests.naive_time_settings too); not
+    # settings.SETTINGS_MODULE, which override_settings hides.
+    settings_module = os.environ.get("DJANGO_SETTINGS_MODULE", "tests.settings")
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": settings_module, "PYTHONUNBUFFERED": "1"}
     env["DATABASE_NAME"] = connection.settings_dict["NAME"]
     env.update(extra)
     return env

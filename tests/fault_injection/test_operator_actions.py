@@ -101,7 +101,8 @@ def test_restart_workflow__delivers_again_the_events_the_first_run_consumed():
 
 
 def test_restart_workflow__is_refused_while_a_child_of_the_previous_run_is_unfinished():
-    parent = start_workflow("fan_out", {"children": 1, "child": "awaits_approval"})
+    # Detached: the parent's cancel leaves it waiting.
+    parent = start_workflow("fan_out", {"children": 1, "child": "awaits_approval", "child_options": {"detached": True}})
     assert drain() == ["waiting", "waiting"]
     cancel_workflow(parent)
     (child,) = Workflow.objects.filter(parent=parent)

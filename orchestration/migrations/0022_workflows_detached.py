@@ -10,7 +10,7 @@ from orchestration.online_migrations import WithLockTimeout
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("orchestration", "0020_worker_abandoned_and_restarts"),
+        ("orchestration", "0021_claim_keeps_no_session_state"),
     ]
 
     operations = [

@@ -9,7 +9,8 @@ import pytest
 from django.core.management import call_command
 from django.db.models.functions import Now
 
-from orchestration import InvalidTransition, cancel_workflow, claims, start_workflow
+from orchestration import InvalidTransition, cancel_workflow, start_workflow
+from orchestration.claim import claims
 from orchestration.errors import RunCancelled
 from orchestration.models import Workflow, WorkflowStep
 from orchestration.transitions import children_to_stop

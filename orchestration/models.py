@@ -236,6 +236,9 @@ class WorkflowWorker(models.Model):
     #: How many times the process restarted itself at ``MAX_ABANDONED_BODIES``
     #: before this row (``orchestration.worker.restart``): a restart registers a new row.
     restarts = models.IntegerField(db_default=0)
+    #: When the process began to stop (a signal, a restart, a thread that died):
+    #: it claims nothing more, and ``workflows health`` says it is stopping.
+    stopping_since = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         db_table = "workflow_workers"

@@ -2,7 +2,8 @@
 
 A process registers itself when it starts (``register``), its heartbeat
 refreshes the row (``beat``) with the step bodies it abandoned that still run,
-and a clean stop deletes it (``remove``). A process that restarts itself at
+the row is marked when the process begins to stop (``stopping``), and a clean
+stop deletes it (``remove``). A process that restarts itself at
 ``MAX_ABANDONED_BODIES`` registers a new row, with its restarts so far. A
 process that dies without stopping (SIGKILL, a lost machine) stops
 heartbeating: the stuck sweep marks its row gone (``mark_gone``) after
@@ -67,14 +68,21 @@ def register(worker_id: str, *, queues: list[str] | None, concurrency: int, rest
     _quietly("register", _write, worker_id, fields)
 
 
-def beat(worker_id: str, *, abandoned_bodies: int = 0) -> None:
+def beat(worker_id: str, *, abandoned_bodies: int = 0) -> bool:
     """Refresh the row's ``last_seen_at`` and its count of ``abandoned_bodies`` still
-    running, in one statement (the heartbeat calls it); write it again if it is missing."""
+    running, in one statement (the heartbeat calls it); write it again if it is
+    missing. True when the row was written."""
     with _lock:
         fields = _registered.get(worker_id)
     if fields is None:
-        return
-    _quietly("refresh", _refresh, worker_id, {**fields, "abandoned_bodies": abandoned_bodies})
+        return False
+    return bool(_quietly("refresh", _refresh, worker_id, {**fields, "abandoned_bodies": abandoned_bodies}))
+
+
+def stopping(worker_id: str) -> None:
+    """Mark the row of a process that began to stop: ``workflows health`` says
+    so (not ready) until the process deletes its row at the end of its stop."""
+    _quietly("mark stopping", lambda: _rows().filter(pk=worker_id, stopping_since=None).update(stopping_since=Now()))
 
 
 def remove(worker_id: str) -> None:
@@ -149,7 +157,7 @@ def _write(worker_id: str, fields: dict[str, Any]) -> None:
     _rows().update_or_create(pk=worker_id, defaults={**fields, "last_seen_at": Now(), "gone_at": None})
 
 
-def _refresh(worker_id: str, fields: dict[str, Any]) -> None:
+def _refresh(worker_id: str, fields: dict[str, Any]) -> bool:
     refreshed = (
         _rows()
         .filter(pk=worker_id)
@@ -157,6 +165,7 @@ def _refresh(worker_id: str, fields: dict[str, Any]) -> None:
     )
     if not refreshed:
         _write(worker_id, fields)
+    return True
 
 
 def _quietly(what: str, write: Any, *args: Any, reconnect: bool = False) -> Any:

@@ -28,6 +28,7 @@ from ..lease import Lease, OutagePolicy
 from ..observability import logs
 from ..outages import is_outage
 from ..registry import async_workflow_types
+from . import systemd
 from .dispatch import CLAIM_AHEAD_TIMEOUT, Dispatcher
 from .execution import Outcome, execute
 from .links import dead_link_seconds, dead_links_given_up
@@ -161,6 +162,7 @@ class Worker:
         ]
         for thread in threads:
             thread.start()
+        self._tell_systemd_ready()
         try:
             self._wait_for(threads)
         finally:
@@ -264,6 +266,7 @@ class Worker:
                 self._restart_at_the_cap()
             if self.stopping.is_set() and deadline is None:
                 deadline = time.monotonic() + self.shutdown_grace
+                self._say_stopping()
             if deadline is not None and time.monotonic() >= deadline:
                 self.stop_now.set()
             if self.stop_now.is_set():
@@ -274,6 +277,29 @@ class Worker:
                 thread.join(timeout=0.05)
             if loop is not None and not any(thread.is_alive() for thread in threads):
                 loop.thread.join(timeout=0.05)
+
+    def _tell_systemd_ready(self) -> None:
+        """``READY=1`` for a ``Type=notify`` unit (nothing without ``NOTIFY_SOCKET``)."""
+        watchdog = systemd.watchdog_seconds()
+        if watchdog is not None and watchdog < 2 * conf.HEARTBEAT_INTERVAL:
+            logger.warning(
+                "worker %s: systemd's watchdog (WatchdogSec=%gs) is fed at each heartbeat, every %gs "
+                "(HEARTBEAT_INTERVAL); it will kill the process. Set WatchdogSec to 3 heartbeats or more.",
+                self.worker_id,
+                watchdog,
+                conf.HEARTBEAT_INTERVAL,
+            )
+        status = f"STATUS=claiming, {self.concurrency} threads, queues {','.join(self.queues or ['all'])}"
+        systemd.notify("READY=1", status, f"MAINPID={os.getpid()}")
+
+    def _say_stopping(self) -> None:
+        """Mark the row stopping (``workflows health``), and tell systemd, unless
+        the process restarts itself (its pid stays, and it says ``READY=1`` again)."""
+        worker_rows.stopping(self.worker_id)
+        if self.restart_because is None:
+            systemd.notify("STOPPING=1", f"STATUS=stopping: running steps finish within {self.shutdown_grace:g}s")
+        else:
+            systemd.notify("STATUS=restarting: abandoned step bodies reached MAX_ABANDONED_BODIES")
 
     def _restart_at_the_cap(self) -> None:
         """Stop, to restart (``worker.restart``), once the step bodies abandoned

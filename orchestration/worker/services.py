@@ -20,6 +20,7 @@ from ..conf import conf
 from ..ctx import timeouts
 from ..listen import LISTEN, NOTIFY_CHANNEL, notifications_arrive, notify_new_work
 from ..schedules import Scheduler, scheduled_workflows
+from . import systemd
 from .dispatch import Dispatcher
 
 logger = logging.getLogger(__name__)
@@ -93,15 +94,19 @@ class Services:
 
     def _heartbeat(self) -> None:
         held = self.dispatcher.held
+        watched = systemd.watchdog_seconds() is not None
         while not self._stop.wait(conf.HEARTBEAT_INTERVAL):
             try:
                 for run in recovery.heartbeat(held.snapshot()):
                     if run in held:  # not merely finished since the snapshot
                         logger.warning("workflow %s: lease lost (reclaimed or cancelled); stopping it", run.id)
                         run.lost.set()
-                worker_rows.beat(self.worker_id, abandoned_bodies=len(timeouts.abandoned_bodies()))
+                written = worker_rows.beat(self.worker_id, abandoned_bodies=len(timeouts.abandoned_bodies()))
             except Exception as exc:
                 self._failed("heartbeat", exc)
+            else:
+                if written and watched:  # systemd restarts a process whose heartbeat stopped working
+                    systemd.notify("WATCHDOG=1")
 
     def _reclaim(self) -> None:
         interval = max(0.5, min(conf.STUCK_AFTER / 4, 60.0))

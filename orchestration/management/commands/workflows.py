@@ -1,11 +1,12 @@
-"""``manage.py workflows list|show|workers|retry|restart|cancel|send-event|pause|resume``:
+"""``manage.py workflows list|show|workers|retry|restart|cancel|send-event|pause|resume|health``:
 the operator's console from a shell, each verb with ``--json``.
 
 A shell over ``orchestration.reports.listing`` (the admin list's filters and search)
 and ``orchestration.api`` (the same repairs as the admin's actions). Exit
 status: 0 done; 2 a bad argument (an id, a filter, a payload); 3 no such
 workflow; 4 refused in its state (the message says why); 5 not available
-here; 1 anything else (a statement timeout, say).
+here; 1 anything else (a statement timeout, say). ``health`` exits 0 when
+every check passes, 1 otherwise (``orchestration.health``).
 """
 
 from __future__ import annotations
@@ -18,14 +19,14 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import psycopg
-from django.core.management.base import CommandError, CommandParser
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import OperationalError
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 import orchestration
-from orchestration import api, moments
+from orchestration import api, health, moments
 from orchestration.errors import InvalidTransition, InvalidWorkflowInput
 from orchestration.management.arguments import POSITIVE_SECONDS, Bounded
 from orchestration.management.outage import ReportsOutages
@@ -39,6 +40,8 @@ BAD_ARGUMENT, NOT_FOUND, REFUSED, UNAVAILABLE = 2, 3, 4, 5
 
 #: Seconds a read may take before PostgreSQL cancels it (``--timeout``).
 READ_TIME_LIMIT = 30.0
+#: Seconds each health check may take, connecting included (``health --timeout``).
+HEALTH_TIME_LIMIT = health.TIMEOUT
 
 
 def _since(value: str) -> datetime.datetime:
@@ -114,6 +117,30 @@ class Command(ReportsOutages):
         event.add_argument("--payload", default="null", help="JSON (default null)")
         verb("pause", "Pause a queue: its workflows wait, running ones finish.").add_argument("queue")
         verb("resume", "Resume a paused queue.").add_argument("queue")
+        said = (
+            "Check the database, the migrations and, when asked, a worker; one line a check. Exit status 0 "
+            "when all pass, 1 otherwise: for a supervisor's probe."
+        )
+        health = verbs.add_parser("health", help=said, description=said, **common)
+        health.add_argument("--json", action="store_true", help="print JSON, for scripts")
+        health.add_argument(
+            "--timeout", **POSITIVE_SECONDS, default=HEALTH_TIME_LIMIT, help="seconds each check may take (default 5)"
+        )
+        whose = health.add_mutually_exclusive_group()
+        whose.add_argument("--worker", metavar="ID", help="that worker heartbeats, is not gone and is not stopping")
+        whose.add_argument(
+            "--this-host", action="store_true", help="as --worker, for each runworkers process running on this host"
+        )
+        health.add_argument(
+            "--skip-migrations",
+            action="store_true",
+            help="leave the migrations out: for a liveness probe, which a newer release's migrations must not fail",
+        )
+
+    def execute(self, *args: Any, **options: Any) -> Any:
+        if options.get("verb") == "health":  # it says what is down itself, in its own line
+            return BaseCommand.execute(self, *args, **options)
+        return super().execute(*args, **options)
 
     def handle(self, *args: Any, **options: Any) -> None:
         verb = options["verb"].replace("-", "_")
@@ -239,6 +266,24 @@ class Command(ReportsOutages):
         ]
         heading = ("worker", "state", "queues", "threads", "version", "hung/restarts", "started", "last seen", "holds")
         self._table(heading, table, "no worker process is registered")
+        return None
+
+    def _health(self, options: dict[str, Any]) -> Any:
+        checks = health.run_checks(
+            timeout=options["timeout"],
+            migrations=not options["skip_migrations"],
+            worker=options["worker"],
+            this_host=options["this_host"],
+        )
+        healthy = all(check.ok for check in checks)
+        if options["json"]:
+            self.stdout.write(json.dumps({"healthy": healthy, "checks": [c.as_dict() for c in checks]}, indent=2))
+        else:
+            for check in checks:
+                self.stdout.write(f"{'ok' if check.ok else 'FAIL':<4}  {check.name}: {printable(check.detail)}")
+        if not healthy:
+            failed = [check.name for check in checks if not check.ok]
+            raise CommandError(f"unhealthy: {', '.join(failed)}", returncode=1)
         return None
 
     # -- repairs -------------------------------------------------------------------

@@ -2,11 +2,12 @@
 
 A run is due when a worker would claim it at once: pending, and its
 ``run_after`` passed or unset (the claim's own condition). Runs of a paused
-queue are left out: more workers would not start them. The query reads only
-pending rows, through the partial index on them (``idx_workflows_claim``),
-never the finished history, so it costs the same on a table of tens of
-millions of finished runs (docs/how-to/running-in-production.md, where it is
-a KEDA trigger, and ``orchestration_workflows_due`` for an HPA).
+queue are left out: more workers would not start them. The query reads the
+pending entries of an index only (the partial claim index, or the status
+index searched on ``'pending'``, as the planner weighs them), never the
+finished history, so its cost follows the pending runs, not the table
+(docs/how-to/running-in-production.md, where it is a KEDA trigger, and
+``orchestration_workflows_due`` for an HPA).
 """
 
 from __future__ import annotations

@@ -27,6 +27,7 @@ GROUP BY queue
 ORDER BY queue
 """
 
+
 def due_by_queue() -> dict[str, int]:
     """``{queue: runs due now}``, for the queues that have any."""
     with connections[conf.DATABASE].cursor() as cursor:

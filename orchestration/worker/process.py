@@ -293,9 +293,19 @@ class Worker:
         systemd.notify("READY=1", status, f"MAINPID={os.getpid()}")
 
     def _say_stopping(self) -> None:
-        """Mark the row stopping (``workflows health``), and tell systemd, unless
-        the process restarts itself (its pid stays, and it says ``READY=1`` again)."""
-        worker_rows.stopping(self.worker_id)
+        """Mark the row stopping (``workflows health``) and tell systemd
+        ``STOPPING=1``; a process that restarts itself only says so in its
+        status (its pid stays, and it says ``READY=1`` again). The row is
+        written on a thread of its own: a database that does not answer must
+        not hold up the stop's grace and release."""
+
+        def mark() -> None:
+            try:
+                worker_rows.stopping(self.worker_id)
+            finally:
+                connections.close_all()
+
+        threading.Thread(target=mark, name="orchestration-stopping", daemon=True).start()
         if self.restart_because is None:
             systemd.notify("STOPPING=1", f"STATUS=stopping: running steps finish within {self.shutdown_grace:g}s")
         else:

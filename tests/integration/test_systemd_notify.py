@@ -93,7 +93,9 @@ def test_runworkers__under_type_notify__says_ready_feeds_the_watchdog_and_says_s
         worker.send_signal(signal.SIGTERM)
         messages_until(notify_socket, "STOPPING=1", timeout=10)
         # Still finishing its step: its row says it is stopping, and so does the probe.
-        (row,) = WorkflowWorker.objects.all()
+        deadline = time.monotonic() + 5
+        while (row := WorkflowWorker.objects.get()).stopping_since is None and time.monotonic() < deadline:
+            time.sleep(0.05)
         assert row.stopping_since is not None
         probed = run_manage("workflows", "health", "--worker", row.pk)
         assert probed.returncode == 1

@@ -11,7 +11,7 @@ from orchestration.online_migrations import WithLockTimeout
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("orchestration", "0020_worker_abandoned_and_restarts"),
+        ("orchestration", "0022_workflows_detached"),
     ]
 
     operations = [

@@ -26,7 +26,7 @@ from .models import StepStatus, Workflow, WorkflowStatus, WorkflowStep
 from .retry import should_retry
 
 if TYPE_CHECKING:
-    from .lease import Lease
+    from .claim.lease import Lease
 
 logger = logging.getLogger(__name__)
 

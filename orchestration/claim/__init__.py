@@ -50,9 +50,9 @@ PL/pgSQL functions, the DDL the migrations create them with, its
 ``fingerprint``), ``wire`` (``run``: how a hot statement reaches the server,
 beneath the cursor), ``rules`` (what a worker knows of its queues, and its
 share of a concurrency limit when claiming ahead), ``claims`` (the claim in
-Python: parameters in, ``lease.Lease``s out). This module imports none of
-them: ``lease`` runs the statements through ``wire``, and ``claims`` makes
-leases.
+Python: parameters in, ``Lease``s out), ``lease`` (what a claim grants: a
+claimed run, and every fenced write its worker makes with it, through
+``wire``). This module imports none of them.
 
 The operator's side of flow control (``set_queue_limits``, ``pause_queue``,
 ``resume_queue``, the settings' defaults, ``queue_states``) stays in

@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..conf import conf
-from ..lease import Lease, completion_params
 from . import statements
+from .lease import Lease, completion_params
 from .rules import Rules, rules_of
 from .wire import run
 

@@ -39,8 +39,8 @@ from django.db import Error, connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from .. import clock
+from ..claim.lease import Lease
 from ..errors import ControlFlow, DeadlineExceeded, LeaseLost, PermanentError, StepTimeout
-from ..lease import Lease
 from ..observability import observe
 from ..outages import is_outage
 from ..validation import to_json, validate_step_timeout

@@ -14,6 +14,7 @@ from django.db import transaction
 
 from .. import clock, waits
 from ..api import start_workflow
+from ..claim.lease import Lease, RecordedStep
 from ..conf import conf
 from ..errors import (
     ChildWorkflowFailed,
@@ -28,7 +29,6 @@ from ..errors import (
     StepTimeout,
     Suspend,
 )
-from ..lease import Lease, RecordedStep
 from ..models import StepStatus, Workflow, WorkflowStatus
 from ..observability import logs, observe
 from ..outages import is_outage

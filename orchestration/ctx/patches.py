@@ -20,8 +20,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..claim.lease import Lease, RecordedStep
 from ..errors import NonDeterministicWorkflow
-from ..lease import Lease, RecordedStep
 from ..validation import validate_patch_id
 
 

@@ -40,7 +40,7 @@ from ..observability import observe
 if TYPE_CHECKING:
     from django.db.backends.base.base import BaseDatabaseWrapper
 
-    from ..lease import Flag
+    from ..claim.lease import Flag
 
 logger = logging.getLogger(__name__)
 

@@ -44,9 +44,9 @@ import time
 from django.db import DatabaseError
 
 from ..claim.claims import FinishedRun, finish_and_claim, only_handed_over
+from ..claim.lease import Lease
 from ..claim.rules import RulesCache
 from ..errors import LeaseLost
-from ..lease import Lease
 from ..observability import logs
 from ..outages import is_outage
 from .execution import Outcome, log_completed, record_failure

@@ -16,6 +16,7 @@ from typing import Any, cast
 
 from .. import clock, moments
 from ..claim.claims import FinishedRun
+from ..claim.lease import Lease
 from ..ctx import async_context
 from ..ctx.async_context import AsyncWorkflowContext
 from ..ctx.context import WorkflowContext
@@ -28,7 +29,6 @@ from ..errors import (
     ReleaseRequested,
     Suspend,
 )
-from ..lease import Lease
 from ..observability import logs, observe
 from ..registry import WorkflowDefinition, find_workflow, registered_workflows
 from ..terminal import printable

@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 import uuid
 
-from ..lease import Lease
+from ..claim.lease import Lease
 
 
 class HeldRuns:

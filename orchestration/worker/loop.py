@@ -32,9 +32,9 @@ from typing import Any
 from asgiref.sync import sync_to_async
 from django.db import connections
 
+from ..claim.lease import Lease, OutagePolicy
 from ..ctx.async_context import CANCEL_GRACE, SyncCalls
 from ..ctx.timeouts import thread_databases
-from ..lease import Lease, OutagePolicy
 from ..observability import logs
 from ..registry import async_workflow_types
 from .dispatch import Dispatcher

@@ -22,9 +22,9 @@ from typing import Any
 from django.db import DatabaseError, connections
 
 from .. import flow, worker_rows
+from ..claim.lease import Lease, OutagePolicy
 from ..conf import conf
 from ..ctx import timeouts
-from ..lease import Lease, OutagePolicy
 from ..observability import logs
 from ..outages import is_outage
 from ..registry import async_workflow_types

@@ -22,8 +22,8 @@ from django.utils import timezone
 import orchestration.migrations
 from orchestration import recovery, set_queue_limits, start_workflow, start_workflows, workflow
 from orchestration.claim import claims, functions, statements, wire
+from orchestration.claim.lease import Lease
 from orchestration.errors import RunCancelled
-from orchestration.lease import Lease
 from orchestration.models import StepStatus, Workflow, WorkflowStatus, WorkflowStep
 from orchestration.worker import Worker, execute
 from tests.factories import WorkflowFactory, WorkflowStepFactory

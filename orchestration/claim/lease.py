@@ -31,16 +31,16 @@ from django.db import DatabaseError, connections, transaction
 from django.db.models import F, Func, JSONField, Q, Value
 from django.db.models.functions import Coalesce, Now
 
-from . import transitions, waits
-from .claim import statements
-from .claim.wire import run
-from .conf import conf
-from .errors import CheckpointRefused, LeaseLost, RunCancelled
-from .listen import notify_new_work
-from .models import StepStatus, Workflow, WorkflowEvent, WorkflowStatus, WorkflowStep
-from .outages import is_outage
-from .retry import backoff_seconds, should_retry
-from .validation import ERROR_MESSAGE_MAX_LENGTH, TRACEBACK_MAX_LENGTH, storable_text
+from .. import transitions, waits
+from ..conf import conf
+from ..errors import CheckpointRefused, LeaseLost, RunCancelled
+from ..listen import notify_new_work
+from ..models import StepStatus, Workflow, WorkflowEvent, WorkflowStatus, WorkflowStep
+from ..outages import is_outage
+from ..retry import backoff_seconds, should_retry
+from ..validation import ERROR_MESSAGE_MAX_LENGTH, TRACEBACK_MAX_LENGTH, storable_text
+from . import statements
+from .wire import run
 
 T = TypeVar("T")
 
@@ -48,7 +48,7 @@ T = TypeVar("T")
 class Flag:
     """``threading.Event``'s ``set`` and ``is_set``, for a flag that threads
     look at but never wait on: an Event makes a Condition and a lock, at every
-    claimed run (docs/performance.md, "Tenth pass")."""
+    claimed run."""
 
     __slots__ = ("_set",)
 

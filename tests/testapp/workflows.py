@@ -329,3 +329,12 @@ def nested(depth: int) -> Any:
 @workflow("deep_output", max_retries=0)
 def deep_output(ctx: Any, data: dict[str, int]) -> Any:
     return ctx.step("nest", nested, data["depth"])
+
+
+@workflow("loops_forever", max_retries=0)
+def loops_forever(ctx: Any, data: Any) -> Any:
+    """Never returns: a step a turn, for ``run_workflows``' timeout."""
+    turn = 0
+    while True:
+        turn += 1
+        ctx.step(f"turn {turn}", lambda: None)

@@ -402,16 +402,17 @@ class WorkflowContext:
                 what=f'workflow {run.id} ({run.workflow_type}) step {number} "{name}"',
             )
         except Expired as expired:
-            logger.warning(
-                'workflow %s (%s) step %d "%s": stopped waiting for its body (%s); its database connections are '
-                "closed, and it runs on, abandoned, in thread %r",
-                run.id,
-                run.workflow_type,
-                number,
-                printable(name),
-                expired.why,
-                thread_name,
-            )
+            if expired.abandoned:
+                logger.warning(
+                    'workflow %s (%s) step %d "%s": stopped waiting for its body (%s); its database connections are '
+                    "closed, and it runs on, abandoned, in thread %r",
+                    run.id,
+                    run.workflow_type,
+                    number,
+                    printable(name),
+                    expired.why,
+                    thread_name,
+                )
             if expired.why == "lost":
                 raise LeaseLost(f"Workflow {run.id} is no longer held by this worker.") from None
             if expired.why == "deadline":
@@ -419,10 +420,12 @@ class WorkflowContext:
                 raise DeadlineExceeded(
                     f'Workflow {run.id} reached its deadline {run.deadline.isoformat()} during step {number} "{name}".'
                 ) from None
-            raise StepTimeout(
-                f'step "{name}" did not return within its timeout of {limit:g}s; its body was abandoned '
-                "(Python cannot stop a thread) and may still be running"
-            ) from None
+            body = (
+                "its body was abandoned (Python cannot stop a thread) and may still be running"
+                if expired.abandoned
+                else "its result was dropped"
+            )
+            raise StepTimeout(f'step "{name}" did not return within its timeout of {limit:g}s; {body}') from None
 
     def _record_step_failure(self, number: int, name: str, exc: BaseException, started: float | None) -> None:
         self.failed_step = (number, name)

@@ -17,7 +17,11 @@ bodies still running (``abandoned_bodies``), and ``runworkers`` restarts
 itself when they reach ``MAX_ABANDONED_BODIES`` (``worker.process``).
 
 Only a step with a limit pays for the hand-off to a thread: a step with no
-timeout, in a run with no deadline, runs in the worker's thread.
+timeout, in a run with no deadline, runs in the worker's thread. So does a
+body whose caller holds a transaction open (a test's, run by
+``orchestration.testing``): a thread of its own, on connections of its own,
+would neither see the caller's uncommitted rows nor roll back with them. It
+runs to its end there, and its result is dropped if it ended past its limit.
 """
 
 from __future__ import annotations
@@ -55,10 +59,12 @@ _CANCEL_TIMEOUT = 2.0
 class Expired(Exception):
     """The worker stopped waiting for a body (raised by ``call_within``)."""
 
-    def __init__(self, why: str) -> None:
+    def __init__(self, why: str, abandoned: bool = True) -> None:
         super().__init__(why)
         #: ``"timeout"``, ``"deadline"`` or ``"lost"`` (the lease).
         self.why = why
+        #: False: the body ran to its end in the caller's thread, past its limit (its result dropped).
+        self.abandoned = abandoned
 
 
 class _Body:
@@ -203,11 +209,16 @@ def call_within(
     ``Expired`` once ``timeout`` seconds have passed, at ``deadline`` (a
     ``time.monotonic()`` value), or as soon as ``lost`` is set. ``what`` names
     the run and step in the log."""
-    body = _Body(fn, args, kwargs, thread_name, what)
     ends_at = min(
         time.monotonic() + timeout if timeout is not None else math.inf,
         deadline if deadline is not None else math.inf,
     )
+    if any(database.in_atomic_block for database in connections.all(initialized_only=True)):
+        result = fn(*args, **kwargs)
+        if time.monotonic() >= ends_at:
+            raise Expired("deadline" if deadline is not None and deadline <= ends_at else "timeout", abandoned=False)
+        return result
+    body = _Body(fn, args, kwargs, thread_name, what)
     body.thread.start()
     while not body.done.wait(max(0.0, min(_LOOK_EVERY, ends_at - time.monotonic()))):
         why = None

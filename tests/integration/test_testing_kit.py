@@ -10,6 +10,7 @@ from django.test import TestCase
 from orchestration import send_event, start_workflow
 from orchestration.models import Workflow
 from orchestration.testing import RunWorkflowsTimeout, advance, history, run_workflows, steps
+from tests.support import other_connection
 from tests.testapp.models import StepRun
 
 
@@ -145,6 +146,25 @@ class RunWorkflowsInATestCase(TestCase):
         parent.refresh_from_db()
         self.assertEqual(parent.output_data, [0, 1, 4])
 
+    def test_run_workflows__runs_a_step_under_a_time_limit_in_the_test_transaction(self) -> None:
+        run = start_workflow("three_steps", timeout=600)  # a deadline: each step runs under a limit
+
+        self.assertEqual(run_workflows(), [run])
+
+        self.assertEqual(StepRun.objects.filter(workflow_id=run.pk).count(), 3)
+        with other_connection() as other:  # nothing committed: it rolls back with the test
+            self.assertEqual(other.execute("SELECT count(*) FROM testapp_steprun").fetchone(), (0,))
+
+    def test_run_workflows__fails_a_step_past_its_timeout(self) -> None:
+        run = start_workflow("overruns_its_step_timeout", {"seconds": 0.3, "limit": 0.1})
+
+        run_workflows()
+
+        run.refresh_from_db()
+        self.assertEqual(run.status, "failed")
+        self.assertIn("StepTimeout", run.error_message)
+        self.assertIn("its result was dropped", run.error_message)
+
     def test_run_workflows__names_a_run_that_loops_for_ever_and_its_last_step(self) -> None:
         finished_first = start_workflow("three_steps")
         run = start_workflow("loops_forever", priority=-1)
@@ -184,3 +204,4 @@ def test_run_workflows_fixture__comes_with_transactional_db(transactional_db, ru
     send_event(run, "approval", "yes")
 
     assert run_workflows() == [run]
+

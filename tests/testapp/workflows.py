@@ -338,3 +338,8 @@ def loops_forever(ctx: Any, data: Any) -> Any:
     while True:
         turn += 1
         ctx.step(f"turn {turn}", lambda: None)
+
+
+@workflow("overruns_its_step_timeout", max_retries=0)
+def overruns_its_step_timeout(ctx: Any, data: dict[str, float]) -> Any:
+    return ctx.step("nap", time.sleep, data["seconds"], timeout=data["limit"])

@@ -1,0 +1,77 @@
+"""A project of a user's own that tests its workflows with the kit: the
+tutorial's shop app and its tests (docs/examples/shop), in a Django project
+made in a temporary directory, run by ``manage.py test`` in a process of its
+own, with nothing of this repository on its path but the installed package."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from django.db import connection
+
+from tests.support import ROOT
+
+MANAGE = """\
+import os
+import sys
+
+if __name__ == "__main__":
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "site_settings")
+    from django.core.management import execute_from_command_line
+
+    execute_from_command_line(sys.argv)
+"""
+
+SETTINGS = """\
+SECRET_KEY = "only-for-this-test"
+USE_TZ = True
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+INSTALLED_APPS = ["django.contrib.contenttypes", "django.contrib.auth", "orchestration", "shop"]
+DATABASES = {{"default": {database!r}}}
+"""
+
+
+def downstream_project(directory: Path) -> Path:
+    """The tutorial's project: its settings, and its ``shop`` app with the page's workflows and tests."""
+    (directory / "manage.py").write_text(MANAGE)
+    params = connection.get_connection_params()
+    name = connection.settings_dict["NAME"]
+    test_name = connection.settings_dict.get("TEST", {}).get("NAME") or f"test_{name}"
+    database = {
+        "ENGINE": "django.db.backends.postgresql",
+        "NAME": name,
+        "USER": params.get("user", ""),
+        "PASSWORD": params.get("password", ""),
+        "HOST": params.get("host", ""),
+        "PORT": str(params.get("port", "")),
+        "TEST": {"NAME": f"{test_name}_downstream"},  # beside this run's own
+    }
+    (directory / "site_settings.py").write_text(SETTINGS.format(database=database))
+    shop = directory / "shop"
+    shop.mkdir()
+    (shop / "__init__.py").write_text("")
+    for module in ("workflows.py", "tests.py"):
+        shutil.copy(ROOT / "docs" / "examples" / "shop" / module, shop / module)
+    return directory
+
+
+def test_downstream_project__tests_its_workflows_with_manage_py_test(tmp_path: Path) -> None:
+    project = downstream_project(tmp_path)
+    env = {key: value for key, value in os.environ.items() if key not in ("DJANGO_SETTINGS_MODULE", "PYTHONPATH")}
+
+    done = subprocess.run(
+        [sys.executable, "manage.py", "test", "shop", "--noinput", "-v", "2"],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "Ran 2 tests" in done.stderr
+    assert "test_an_order_is_charged_and_receipted (shop.tests.CheckoutTests" in done.stderr

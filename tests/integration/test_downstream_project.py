@@ -1,7 +1,8 @@
 """A project of a user's own that tests its workflows with the kit: the
-tutorial's shop app and its tests (docs/examples/shop), in a Django project
-made in a temporary directory, run by ``manage.py test`` in a process of its
-own, with nothing of this repository on its path but the installed package."""
+tutorial's shop app and the testing how-to's signup app, with their tests
+(docs/examples), in a Django project made in a temporary directory, run by
+``manage.py test`` and by pytest in a process of their own, with nothing of
+this repository on their path but the installed package."""
 
 from __future__ import annotations
 
@@ -30,13 +31,13 @@ SETTINGS = """\
 SECRET_KEY = "only-for-this-test"
 USE_TZ = True
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
-INSTALLED_APPS = ["django.contrib.contenttypes", "django.contrib.auth", "orchestration", "shop"]
+INSTALLED_APPS = ["django.contrib.contenttypes", "django.contrib.auth", "orchestration", "shop", "signup"]
 DATABASES = {{"default": {database!r}}}
 """
 
 
 def downstream_project(directory: Path) -> Path:
-    """The tutorial's project: its settings, and its ``shop`` app with the page's workflows and tests."""
+    """The tutorial's project: its settings, its ``shop`` app and the how-to's ``signup``, each with its tests."""
     (directory / "manage.py").write_text(MANAGE)
     params = connection.get_connection_params()
     name = connection.settings_dict["NAME"]
@@ -51,27 +52,31 @@ def downstream_project(directory: Path) -> Path:
         "TEST": {"NAME": f"{test_name}_downstream"},  # beside this run's own
     }
     (directory / "site_settings.py").write_text(SETTINGS.format(database=database))
-    shop = directory / "shop"
-    shop.mkdir()
-    (shop / "__init__.py").write_text("")
-    for module in ("workflows.py", "tests.py"):
-        shutil.copy(ROOT / "docs" / "examples" / "shop" / module, shop / module)
+    (directory / "pytest.ini").write_text("[pytest]\nDJANGO_SETTINGS_MODULE = site_settings\n")
+    for app in ("shop", "signup"):
+        shutil.copytree(ROOT / "docs" / "examples" / app, directory / app, ignore=shutil.ignore_patterns("__pycache__"))
     return directory
+
+
+def run_in(project: Path, *command: str) -> subprocess.CompletedProcess[str]:
+    env = {key: value for key, value in os.environ.items() if key not in ("DJANGO_SETTINGS_MODULE", "PYTHONPATH")}
+    return subprocess.run(command, cwd=project, env=env, capture_output=True, text=True, timeout=300)
 
 
 def test_downstream_project__tests_its_workflows_with_manage_py_test(tmp_path: Path) -> None:
     project = downstream_project(tmp_path)
-    env = {key: value for key, value in os.environ.items() if key not in ("DJANGO_SETTINGS_MODULE", "PYTHONPATH")}
 
-    done = subprocess.run(
-        [sys.executable, "manage.py", "test", "shop", "--noinput", "-v", "2"],
-        cwd=project,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    done = run_in(project, sys.executable, "manage.py", "test", "shop", "signup", "--noinput", "-v", "2")
 
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "Ran 2 tests" in done.stderr
+    assert "Ran 9 tests" in done.stderr
     assert "test_an_order_is_charged_and_receipted (shop.tests.CheckoutTests" in done.stderr
+
+
+def test_downstream_project__tests_its_workflows_with_pytest_and_the_fixture(tmp_path: Path) -> None:
+    project = downstream_project(tmp_path)
+
+    done = run_in(project, sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "signup/test_signup.py")
+
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "2 passed" in done.stdout

@@ -145,10 +145,10 @@ def advance(delta: float | datetime.timedelta) -> None:
     unfinished = _workflows().filter(status__in=UNFINISHED)
     unfinished.filter(run_after__lt=WAIT_FOREVER).update(run_after=F("run_after") - delta)
     unfinished.filter(deadline__isnull=False).update(deadline=F("deadline") - delta)
-    for step in _waiting_steps(unfinished.values("pk")):
+    for step, details in _waiting_steps(unfinished.values("pk")):
         step.output_data = {
             key: (_moment(value) - delta).isoformat() if key in WAIT_ENDS and value else value
-            for key, value in step.output_data.items()
+            for key, value in details.items()
         }
         step.save(update_fields=["output_data"])
 
@@ -164,17 +164,21 @@ def _skip_waits() -> None:
     if not ids:
         return
     _workflows().filter(pk__in=ids).update(run_after=now)
-    for step in _waiting_steps(ids):
-        wake_at = step.output_data.get("wake_at")
+    for step, details in _waiting_steps(ids):
+        wake_at = details.get("wake_at")
         if wake_at and _moment(wake_at) > now:
-            step.output_data = {**step.output_data, "wake_at": now.isoformat()}
+            step.output_data = {**details, "wake_at": now.isoformat()}
             step.save(update_fields=["output_data"])
 
 
-def _waiting_steps(runs: Any) -> list[WorkflowStep]:
-    """The waiting steps (pending, with a recorded end) of ``runs``."""
+def _waiting_steps(runs: Any) -> list[tuple[WorkflowStep, dict[str, Any]]]:
+    """The waiting steps (pending, with a recorded end) of ``runs``, with their details."""
     steps = WorkflowStep.objects.using(conf.DATABASE).filter(workflow_id__in=runs, status=StepStatus.PENDING)
-    return [step for step in steps if isinstance(step.output_data, dict) and any(step.output_data.get(k) for k in WAIT_ENDS)]
+    return [
+        (step, details)
+        for step in steps
+        if isinstance(details := step.output_data, dict) and any(details.get(key) for key in WAIT_ENDS)
+    ]
 
 
 def _moment(text: str) -> datetime.datetime:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 
 import pytest
+from django.db import transaction
 from django.test import TestCase
 
 from orchestration import send_event, start_workflow
@@ -27,6 +28,18 @@ class RunWorkflowsInATestCase(TestCase):
         self.assertEqual(run.status, "completed")
         self.assertEqual(run.output_data, {"steps": [1, 2, 3], "input": {"order": 7}})
         self.assertEqual(StepRun.objects.filter(workflow_id=run.pk).count(), 3)
+
+    def test_run_workflows__commits_nothing_of_the_test(self) -> None:
+        with transaction.atomic():  # as a view would start it, with its own rows
+            run = start_workflow("three_steps")
+
+        run_workflows()
+
+        with other_connection() as other:
+            self.assertEqual(other.execute("SELECT count(*) FROM workflows").fetchone(), (0,))
+            self.assertEqual(other.execute("SELECT count(*) FROM workflow_steps").fetchone(), (0,))
+        run.refresh_from_db()
+        self.assertEqual(run.status, "completed")
 
     def test_steps__reads_each_step_with_its_output(self) -> None:
         run = start_workflow("three_steps")
@@ -204,4 +217,3 @@ def test_run_workflows_fixture__comes_with_transactional_db(transactional_db, ru
     send_event(run, "approval", "yes")
 
     assert run_workflows() == [run]
-

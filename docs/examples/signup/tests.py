@@ -118,4 +118,3 @@ class ApprovalTests(TestCase):
         self.assertEqual(run.output_data, {"approved": False, "why": "no answer within 48 hours"})
 
     # --8<-- [end:event]
-

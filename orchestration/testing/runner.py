@@ -123,11 +123,12 @@ def _row(pk: uuid.UUID) -> Workflow | None:
 def _timed_out(pk: uuid.UUID, timeout: float) -> str:
     """What ``RunWorkflowsTimeout`` says: the run in hand, its status and its last step."""
     row = _row(pk)
-    what = f"workflow {pk}" + (f" ({row.workflow_type}, {row.status})" if row is not None else "")
+    what = f"workflow {pk}" + (f" ({row.workflow_type})" if row is not None else "")
+    left = f", left {row.status}" if row is not None else ""
     last = WorkflowStep.objects.using(conf.DATABASE).filter(workflow_id=pk).order_by("-step_number").first()
     at = f'; its last step: {last.step_number} "{last.step_name}" ({last.status})' if last is not None else ""
     return (
-        f"run_workflows() gave up after {timeout:g}s: {what} was still running{at}. "
+        f"run_workflows() gave up after {timeout:g}s: {what} had not finished{left}{at}. "
         "Does it loop for ever, or start runs without end? Raise `timeout` if it only needs longer."
     )
 

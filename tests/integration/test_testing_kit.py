@@ -178,6 +178,16 @@ class RunWorkflowsInATestCase(TestCase):
         self.assertIn("StepTimeout", run.error_message)
         self.assertIn("its result was dropped", run.error_message)
 
+    def test_run_workflows__runs_an_async_workflow_in_the_test_transaction(self) -> None:
+        run = start_workflow("async_mixed", {"nap": 3600})
+
+        self.assertEqual(run_workflows(skip_waits=True), [run])
+
+        run.refresh_from_db()
+        self.assertEqual((run.status, run.attempts), ("completed", 2))
+        with other_connection() as other:
+            self.assertEqual(other.execute("SELECT count(*) FROM testapp_steprun").fetchone(), (0,))
+
     def test_run_workflows__names_a_run_that_loops_for_ever_and_its_last_step(self) -> None:
         finished_first = start_workflow("three_steps")
         run = start_workflow("loops_forever", priority=-1)
@@ -215,5 +225,39 @@ def test_run_workflows_fixture__comes_with_transactional_db(transactional_db, ru
     assert run_workflows() == []
 
     send_event(run, "approval", "yes")
+
+    assert run_workflows() == [run]
+
+
+def test_run_workflows_fixture__retries_a_failing_step(run_workflows) -> None:  # type: ignore[no-untyped-def]
+    run = start_workflow("flaky", {"succeed_on": 2})
+
+    assert run_workflows(skip_waits=True) == [run]
+    assert [entry["attempt"] for entry in history(run)] == [1]
+
+
+def test_run_workflows_fixture__runs_children_then_their_parent(run_workflows) -> None:  # type: ignore[no-untyped-def]
+    parent = start_workflow("fan_out", {"children": 2})
+
+    finished = run_workflows()
+
+    assert len(finished) == 3 and finished[-1] == parent
+    assert Workflow.objects.get(pk=parent.pk).output_data == [0, 1]
+
+
+def test_run_workflows_fixture__commits_nothing_of_the_test(run_workflows) -> None:  # type: ignore[no-untyped-def]
+    with transaction.atomic():
+        run = start_workflow("three_steps")
+
+    assert run_workflows() == [run]
+    with other_connection() as other:
+        assert other.execute("SELECT count(*) FROM workflows").fetchone() == (0,)
+
+
+def test_advance__in_pytest_ends_a_sleep(run_workflows) -> None:  # type: ignore[no-untyped-def]
+    run = start_workflow("sleeper", {"seconds": 60})
+    assert run_workflows() == []
+
+    advance(60)
 
     assert run_workflows() == [run]

@@ -48,11 +48,22 @@ UNION
 SELECT queue FROM workflows WHERE status = 'running'
 """
 
+#: The queue of every run, finished ones too: a loose index scan of
+#: ``idx_workflows_queue_created``, one probe a queue, however many runs each has.
+RUN_QUEUES = """WITH RECURSIVE run_queue (name) AS (
+    SELECT min(queue) FROM workflows
+    UNION ALL
+    SELECT (SELECT min(w.queue) FROM workflows AS w WHERE w.queue > r.name) FROM run_queue AS r WHERE r.name IS NOT NULL
+)
+SELECT name FROM run_queue WHERE name IS NOT NULL
+"""
+
 
 def sync_settings() -> None:
     """Write ``ORCHESTRATION["QUEUES"]``'s limits into the queues' rows: a queue
-    with none gets one, a row whose limits came from the settings follows them,
-    and a row an operator changed keeps the operator's. Idempotent; run by
+    with none gets one, a row whose limits came from the settings follows them
+    (to no limit at all when the settings drop it; the row is kept), and a row
+    an operator changed keeps the operator's. Idempotent; run by
     every ``runworkers`` process as it starts, and before every change here."""
     defaults = {name: limits for name, limits in queue_defaults(conf.QUEUES).items() if limits}
     rows = WorkflowQueue.objects.using(conf.DATABASE)
@@ -63,9 +74,9 @@ def sync_settings() -> None:
         )
         for row in rows.select_for_update().filter(limits_from_settings=True):
             wanted = {limit: defaults.get(row.name, {}).get(limit) for limit in QUEUE_LIMITS}
-            if all(value is None for value in wanted.values()) and not row.paused:
-                row.delete()  # the settings no longer limit it
-            elif any(getattr(row, limit) != value for limit, value in wanted.items()):
+            # A row the settings no longer limit stays, limiting nothing: the queue
+            # is still listed, and an operator's pause of it holds.
+            if any(getattr(row, limit) != value for limit, value in wanted.items()):
                 rows.filter(pk=row.pk).update(updated_at=Now(), **wanted)
                 _forget_starts(row.name, wanted)
 
@@ -142,17 +153,22 @@ def queues_in_use() -> set[str]:
     return {name for (name,) in run(conf.DATABASE, QUEUES_IN_USE, {"queues": None})}
 
 
+def queues_of_runs() -> set[str]:
+    """The queue of every run, whatever its status (``RUN_QUEUES``)."""
+    return {name for (name,) in run(conf.DATABASE, RUN_QUEUES, {})}
+
+
 def queue_names() -> set[str]:
     """Every queue: those something can put work on (``known_queues``), those
-    with a row, and those of pending or running runs."""
-    return known_queues() | set(_rows().values_list("name", flat=True)) | queues_in_use()
+    with a row, and those of any run."""
+    return known_queues() | set(_rows().values_list("name", flat=True)) | queues_of_runs()
 
 
-def add_rows_of_queues_in_use() -> None:
-    """Give every queue of pending or running runs a row, for the admin's list
-    and its actions. A row added here limits nothing, and is dropped again by
-    ``sync_settings`` unless it was paused or given a limit meanwhile."""
-    missing = queues_in_use() - set(_rows().values_list("name", flat=True))
+def add_rows_of_listed_queues() -> None:
+    """Give every queue of ``queue_names`` a row, so the admin lists each with
+    its pause and resume. A row added here limits nothing (the claim reads only
+    paused or limited rows), and ``sync_settings`` keeps it."""
+    missing = (known_queues() | queues_of_runs()) - set(_rows().values_list("name", flat=True))
     if missing:
         rows = [WorkflowQueue(name=name, limits_from_settings=True) for name in sorted(missing)]
         _rows().bulk_create(rows, ignore_conflicts=True)
@@ -183,6 +199,9 @@ class QueueState:
     key_rate_limit: str | None
     limits_from_settings: bool
     running: int
+    #: Pending runs: due now, due later, or waiting for a timer, an event or children.
+    pending: int
+    #: Pending runs due now.
     due: int
     #: Claims in the current window of ``rate_limit``'s period.
     started: int | None
@@ -205,16 +224,20 @@ class QueueState:
 
 
 def queue_states(names: list[str] | None = None) -> list[QueueState]:
-    """The state of every queue with a row or with pending or running runs (or
-    of ``names``), by name; a queue without a row has no limit and is not paused."""
+    """The state of every queue (``queue_names``: a registered workflow's, the
+    settings', a row's, any run's) or of ``names``, by name; a queue without a
+    row has no limit and is not paused."""
     rows = _rows().all() if names is None else _rows().filter(pk__in=names)
     queues = {row.name: row for row in rows}
-    for name in queues_in_use() if names is None else ():
+    for name in queue_names() if names is None else ():
         queues.setdefault(name, WorkflowQueue(name=name))
     workflows = Workflow.objects.using(conf.DATABASE).filter(queue__in=list(queues)).order_by()
     running = dict(workflows.filter(status=WorkflowStatus.RUNNING).values_list("queue").annotate(n=Count("pk")))
-    due_rows = workflows.filter(Q(run_after__isnull=True) | Q(run_after__lte=Now()), status=WorkflowStatus.PENDING)
-    due = dict(due_rows.values_list("queue").annotate(n=Count("pk")))
+    by_queue = workflows.filter(status=WorkflowStatus.PENDING).values_list("queue")
+    due_now = Q(run_after__isnull=True) | Q(run_after__lte=Now())
+    counts = list(by_queue.annotate(n=Count("pk"), due=Count("pk", filter=due_now)))
+    pending = {name: n for name, n, _ in counts}
+    due = {name: n for name, _, n in counts}
     states = []
     for name, row in sorted(queues.items()):
         started = started_in_window(name, row.rate_limit) if row.rate_limit is not None else None
@@ -226,7 +249,8 @@ def queue_states(names: list[str] | None = None) -> list[QueueState]:
         limits = {limit: getattr(row, limit) for limit in QUEUE_LIMITS}
         states.append(
             QueueState(name, row.paused, **limits, limits_from_settings=row.limits_from_settings,
-                       running=running.get(name, 0), due=due.get(name, 0), started=started, saturated_keys=saturated)
+                       running=running.get(name, 0), pending=pending.get(name, 0), due=due.get(name, 0),
+                       started=started, saturated_keys=saturated)
         )  # fmt: skip
     return states
 

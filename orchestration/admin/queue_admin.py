@@ -94,20 +94,26 @@ class WorkflowQueueAdmin(admin.ModelAdmin):
     """Each queue's rules and what it runs now; saving goes through ``orchestration.flow``."""
 
     form = WorkflowQueueForm
-    list_display = ("name", "state", "running_label", "key_concurrency", "rate_label", "key_rate_limit", "source")
+    list_display = (
+        *("name", "state", "pending_label", "running_label"),
+        *("key_concurrency", "rate_label", "key_rate_limit", "source"),
+    )
     actions = [pause_queues, resume_queues]
     search_fields = ("name",)
+    change_list_template = "admin/orchestration/console_change_list.html"
 
     class Media:
         css = {"all": ("orchestration/admin.css",)}
+        js = ("orchestration/live.js",)
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[WorkflowQueue]:
-        running = (
-            Workflow.objects.filter(queue=OuterRef("name"), status=WorkflowStatus.RUNNING)
+        running, pending = (
+            Workflow.objects.filter(queue=OuterRef("name"), status=status)
             .order_by()
             .values("queue")
             .annotate(n=Count("pk"))
             .values("n")
+            for status in (WorkflowStatus.RUNNING, WorkflowStatus.PENDING)
         )
         # The claims of each rate-limited queue in its window, as flow.started_in_window counts them,
         # in the page's one query: through idx_queue_starts, once per listed queue.
@@ -129,12 +135,13 @@ class WorkflowQueueAdmin(admin.ModelAdmin):
             super()
             .get_queryset(request)
             .annotate(running=Coalesce(Subquery(running, IntegerField()), 0), rate_window=window)
+            .annotate(pending=Coalesce(Subquery(pending, IntegerField()), 0))
             .annotate(started=Coalesce(Subquery(started, IntegerField()), 0))
         )
 
     def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> Any:
-        # Every queue in use is listed, with its actions: one that only runs name gets a row that limits nothing.
-        flow.add_rows_of_queues_in_use()
+        # Every queue is listed, with its actions: one that only runs or code name gets a row that limits nothing.
+        flow.add_rows_of_listed_queues()
         return super().changelist_view(request, extra_context)
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
@@ -159,6 +166,11 @@ class WorkflowQueueAdmin(admin.ModelAdmin):
     @admin.display(description="state", ordering="paused")
     def state(self, obj: WorkflowQueue) -> SafeString:
         return status_badge("paused" if obj.paused else "active")
+
+    @admin.display(description="pending")
+    def pending_label(self, obj: WorkflowQueue) -> SafeString:
+        url = changelist_url(queue=obj.name, status__exact="pending")
+        return format_html('<a href="{}">{}</a>', url, getattr(obj, "pending", 0))
 
     @admin.display(description="running / concurrency")
     def running_label(self, obj: WorkflowQueue) -> SafeString:

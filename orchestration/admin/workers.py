@@ -67,6 +67,7 @@ class WorkerAdmin(ReadOnlyConsole, admin.ModelAdmin):
     )
     readonly_fields = flatten_fieldsets([(None, {"fields": fields})])
     list_per_page = 100
+    change_list_template = "admin/orchestration/console_change_list.html"
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[WorkflowWorker]:
         held = (

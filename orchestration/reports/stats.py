@@ -224,7 +224,8 @@ SELECT workflow_type FROM types WHERE workflow_type IS NOT NULL;
 
 # The overview's outcomes per type: the seed's success rate counts a run still
 # pending or running (a wait for an approval, say) as a failure; here success is
-# of the finished runs only, beside what failed, was cancelled or is unfinished.
+# completed of the runs that completed or failed: a cancelled run was stopped by
+# someone, not failed by its code, and is counted apart, as an unfinished one is.
 OUTCOMES_SQL = """
 SELECT
     workflow_type,
@@ -234,7 +235,7 @@ SELECT
     COUNT(*) FILTER (WHERE status = 'failed') AS failed,
     COUNT(*) FILTER (WHERE status = 'cancelled') AS cancelled,
     ROUND(100.0 * COUNT(*) FILTER (WHERE status = 'completed')
-          / NULLIF(COUNT(*) FILTER (WHERE status IN ('completed', 'failed', 'cancelled')), 0), 1) AS success_pct
+          / NULLIF(COUNT(*) FILTER (WHERE status IN ('completed', 'failed')), 0), 1) AS success_pct
 FROM workflows
 WHERE created_at > now() - make_interval(hours => %(hours)s)
 GROUP BY workflow_type
@@ -301,7 +302,7 @@ def oldest_pending() -> dict[str, Any] | None:
 
 def outcomes(hours: int = 24) -> Report:
     """Runs started in the last ``hours`` per type: unfinished, completed, failed,
-    cancelled, and the success rate of the finished ones."""
+    cancelled, and the success rate of those that completed or failed."""
     return _run(f"Outcomes per workflow type, last {hours} hours", OUTCOMES_SQL, {"hours": hours})
 
 

@@ -21,8 +21,16 @@ from django.urls import reverse
 
 from orchestration import start_workflow
 from orchestration.models import Workflow
-from tests.admin_support import failed_three_steps, record_steps, staff_user, stuck_running, waiting_for_event
-from tests.factories import WorkflowFactory
+from tests.admin_support import (
+    WIDE_ERROR,
+    WIDE_NAME,
+    failed_three_steps,
+    record_steps,
+    staff_user,
+    stuck_running,
+    waiting_for_event,
+)
+from tests.factories import WorkflowFactory, WorkflowWorkerFactory
 from tests.support import ROOT, drain
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -325,3 +333,59 @@ def drain_in_own_connection() -> None:
         drain(hurry_retries=False)
     finally:
         connection.close()
+
+
+# -- the third pass (issue 41): every console page fits 1280 x 800 ----------------------
+
+
+def no_table_clipped(page: Any) -> list[str]:
+    """The tables wider than the box that holds them (cut off, or scrolled inside it)."""
+    return page.evaluate(
+        "[...document.querySelectorAll('#content table')].filter(t => t.parentElement.scrollWidth > "
+        "t.parentElement.clientWidth + 1).map(t => t.id || t.parentElement.id || t.parentElement.className)"
+    )
+
+
+def at_1280(page: Any, url: str, shot: str) -> None:
+    page.set_viewport_size({"width": 1280, "height": 800})
+    page.goto(url)
+    screenshot(page, shot)
+    assert page.evaluate("document.documentElement.scrollWidth") <= 1280
+    assert no_table_clipped(page) == []
+
+
+def test_operator__reads_the_overview_at_1280_px_without_scrolling_sideways(page, admin_user):
+    for _ in range(3):
+        workflow = failed_three_steps()
+        Workflow.objects.filter(pk=workflow.pk).update(error_message=WIDE_ERROR, workflow_type=WIDE_NAME[:100])
+    stuck_running(workflow_type=WIDE_NAME[:100])
+    WorkflowWorkerFactory(queues=[WIDE_NAME[:100]] * 3)
+    log_in(page, "admin", "password")
+    at_1280(page, reverse("admin:orchestration_workflow_overview"), "13-overview-at-1280")
+    error = page.locator("#orch-failures .orch-error-line").first.bounding_box()
+    assert error["height"] > 25  # the error wraps onto lines of its own
+
+
+def test_operator__reads_the_workers_page_at_1280_px_with_every_column_and_live_refresh(page, admin_user):
+    WorkflowWorkerFactory.create_batch(3, queues=[WIDE_NAME[:100], "default"], host="ip-10-0-12-34." * 3)
+    log_in(page, "admin", "password")
+    at_1280(page, reverse("admin:orchestration_workflowworker_changelist"), "14-workers-at-1280")
+    for column in ("started", "last heartbeat"):
+        header = page.locator(f"#result_list thead th:has-text('{column}')").first.bounding_box()
+        assert header["x"] + header["width"] <= 1280, column
+    assert page.is_checked("#orch-live")
+
+
+def test_operator__reads_the_queues_page_at_1280_px_and_pauses_a_queue_only_runs_name(page, admin_user):
+    WorkflowFactory(queue="default", status="completed")
+    WorkflowFactory(queue=WIDE_NAME[:100], status="pending")
+    log_in(page, "admin", "password")
+    at_1280(page, reverse("admin:orchestration_workflowqueue_changelist"), "15-queues-at-1280")
+    assert page.is_checked("#orch-live")
+    row = page.locator("#result_list tr", has_text="default").first
+    row.locator("input.action-select").check()
+    page.select_option("select[name=action]", "pause_queues")
+    page.click("button[name=index]")
+    page.wait_for_selector(".messagelist")
+    assert "Paused: default" in page.inner_text(".messagelist")
+    assert page.locator("#result_list tr", has_text="default").first.locator(".orch-badge").inner_text() == "paused"

@@ -55,6 +55,17 @@ def test_overview__shows_the_three_seed_reports(admin_client, busy_day):
     assert f'<a href="{change_url}">{busy_day.pk}</a>' in stuck and "15m 0s ago" in stuck
 
 
+def test_overview__counts_a_cancelled_run_apart_from_the_success_rate(admin_client):
+    WorkflowFactory(workflow_type="refund", status="completed")
+    WorkflowFactory(workflow_type="refund", status="cancelled")
+    WorkflowFactory(workflow_type="payout", status="cancelled")
+    success = section(admin_client.get(OVERVIEW_URL).content.decode(), "orch-success")
+    refund = re.search(r"refund</a></td>(.*?)</tr>", success).group(1)
+    payout = re.search(r"payout</a></td>(.*?)</tr>", success).group(1)
+    assert re.findall(r">([^<>]+)</td>", refund) == ["2", "0", "1", "0", "1", "100.0 %"]
+    assert re.findall(r">([^<>]+)</td>", payout)[-2:] == ["1", "—"]  # no rate: nothing completed or failed
+
+
 def test_overview__shows_queue_depth_by_queue_and_status(admin_client, busy_day):
     depth = section(admin_client.get(OVERVIEW_URL).content.decode(), "orch-depth")
     emails = re.search(r"<tr><td><a href=\"[^\"]*queue=emails[^\"]*\">emails</a></td>(.*?)</tr>", depth).group(1)

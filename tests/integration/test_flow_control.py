@@ -166,8 +166,8 @@ def test_settings__dict_form_gives_the_defaults__an_operator_change_stays__setti
         flow.sync_settings()
         assert WorkflowQueue.objects.values_list("key_concurrency", "paused").get() == (None, True)
         resume_queue("fc")
-        flow.sync_settings()
-        assert not WorkflowQueue.objects.exists()
+        flow.sync_settings()  # as a worker's restart does: the row stays, limiting nothing
+        assert WorkflowQueue.objects.values_list("name", "key_concurrency", "paused").get() == ("fc", None, False)
 
 
 @pytest.mark.parametrize(
@@ -730,12 +730,12 @@ def test_queue_admin__pause_and_resume_actions_need_the_change_permission(client
     client.force_login(staff_user("view_workflowqueue"))
     form = {"action": "pause_queues", "_selected_action": ["fc"], "index": 0}
     client.post(QUEUE_LIST_URL, form)
-    assert not WorkflowQueue.objects.get().paused
+    assert not WorkflowQueue.objects.get(pk="fc").paused
     client.force_login(staff_user("view_workflowqueue", "change_workflowqueue", username="ops"))
     client.post(QUEUE_LIST_URL, form)
-    assert WorkflowQueue.objects.get().paused
+    assert WorkflowQueue.objects.get(pk="fc").paused
     client.post(QUEUE_LIST_URL, {**form, "action": "resume_queues"})
-    assert not WorkflowQueue.objects.get().paused
+    assert not WorkflowQueue.objects.get(pk="fc").paused
 
 
 def test_queue_admin__pause_and_resume_actions_leave_an_entry_in_the_queues_history(admin_client):
@@ -770,7 +770,7 @@ def test_command__pauses_resumes_changes_limits_and_lists_the_queues(capsys):
     call_command("workflow_queues", "limits", "fc", "--rate-limit", "none")
     call_command("workflow_queues", "resume", "fc")
     call_command("workflow_queues", "list", "--json")
-    (listed,) = json.loads(capsys.readouterr().out.split("\n", 2)[2])
+    (listed,) = [q for q in json.loads(capsys.readouterr().out.split("\n", 2)[2]) if q["name"] == "fc"]
     assert (listed["name"], listed["paused"], listed["concurrency"], listed["rate_limit"]) == ("fc", False, 4, None)
     call_command("workflow_queues", "list")
     assert "Queues" in capsys.readouterr().out
@@ -800,11 +800,50 @@ def test_queue_admin__lists_a_queue_only_a_run_names__and_pauses_it(admin_client
     assert claim() == []
 
 
+def test_queue_admin__lists_the_queue_of_finished_runs_and_of_registered_workflows(admin_client):
+    run = start_workflow("fc_free", queue="finished")
+    Workflow.objects.filter(pk=run.pk).update(status="completed")
+    html = admin_client.get(QUEUE_LIST_URL).content.decode()
+    for name in ("finished", "fc", "default"):
+        assert reverse("admin:orchestration_workflowqueue_change", args=[quote(name)]) in html, name
+
+
+def test_queue_admin__shows_each_queues_pending_and_running_counts(admin_client):
+    start_workflows("fc_noop", range(3))
+    claim(limit=1)
+    html = admin_client.get(QUEUE_LIST_URL).content.decode()
+    url = reverse("admin:orchestration_workflowqueue_change", args=[quote("fc")])
+    row = html.split(f'href="{url}"', 1)[1].split("</tr>", 1)[0]
+    assert re.findall(r'<td class="field-(pending_label|running_label)"><a [^>]*>(\d+)</a>', row) == [
+        ("pending_label", "2"),
+        ("running_label", "1"),
+    ]
+
+
+def test_sync_settings__as_a_worker_restart_runs_it__keeps_a_listed_queues_row(admin_client):
+    start_workflow("fc_free", queue="adhoc")
+    admin_client.get(QUEUE_LIST_URL)
+    flow.sync_settings()
+    assert WorkflowQueue.objects.filter(pk="adhoc").exists()
+    assert "adhoc" in {state.name for state in flow.queue_states()}
+
+
+def test_command__lists_the_same_queues_as_the_admin(admin_client, capsys):
+    run = start_workflow("fc_free", queue="finished")
+    Workflow.objects.filter(pk=run.pk).update(status="completed")
+    call_command("workflow_queues", "list", "--json")
+    listed = {queue["name"] for queue in json.loads(capsys.readouterr().out)}
+    admin_client.get(QUEUE_LIST_URL)
+    assert listed == set(WorkflowQueue.objects.values_list("name", flat=True)) and "finished" in listed
+
+
 def test_command__lists_a_queue_only_a_run_names_and_pauses_it_by_name(capsys):
     start_workflow("fc_free", queue="adhoc")
     call_command("workflow_queues", "list", "--json")
     listed = json.loads(capsys.readouterr().out)
-    assert [(queue["name"], queue["paused"], queue["due"]) for queue in listed] == [("adhoc", False, 1)]
+    assert [(q["name"], q["paused"], q["pending"], q["due"]) for q in listed if q["name"] == "adhoc"] == [
+        ("adhoc", False, 1, 1)
+    ]
     call_command("workflows", "pause", "adhoc")
     assert "queue 'adhoc' paused" in capsys.readouterr().out
     assert claim() == []

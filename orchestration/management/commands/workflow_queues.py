@@ -16,6 +16,12 @@ from orchestration.validation import parse_rate
 
 #: The limits' options, and how a value is read ("none" lifts a limit).
 LIMIT_OPTIONS = {"concurrency": int, "key_concurrency": int, "rate_limit": str, "key_rate_limit": str}
+LIMIT_HELP = {
+    "concurrency": "runs of the queue running at once, across every worker (1 or more; none: no limit)",
+    "key_concurrency": "runs of one concurrency key running at once (1 or more; none: no limit)",
+    "rate_limit": "claims in any window of a period: 100/m, 10/s, 1000/h (none: no limit)",
+    "key_rate_limit": "the same, for each concurrency key (none: no limit)",
+}
 
 
 class Command(ReportsOutages):
@@ -27,15 +33,17 @@ class Command(ReportsOutages):
     def add_arguments(self, parser: CommandParser) -> None:
         actions = parser.add_subparsers(dest="action", required=True)
         listing = actions.add_parser(
-            "list", help="every queue with a row or with runs pending or running: its limits and what it runs now"
+            "list",
+            help="every queue a registered workflow, the settings, a row or any run names: its limits, "
+            "its pending and running runs",
         )
         listing.add_argument("--json", action="store_true", help="print JSON instead of a table")
         for action, text in (("pause", "stop claiming its pending work"), ("resume", "claim its work again")):
             actions.add_parser(action, help=text).add_argument("queue")
         limits = actions.add_parser("limits", help='change limits; "none" lifts one, an option not given stays')
         limits.add_argument("queue")
-        for name in LIMIT_OPTIONS:
-            limits.add_argument(f"--{name.replace('_', '-')}", dest=name, default=None, metavar="VALUE")
+        for name, text in LIMIT_HELP.items():
+            limits.add_argument(f"--{name.replace('_', '-')}", dest=name, default=None, metavar="VALUE", help=text)
 
     def handle(self, *args: Any, **options: Any) -> None:
         try:
@@ -61,18 +69,19 @@ class Command(ReportsOutages):
             rows = [{**dataclasses.asdict(state), "throttled": state.throttled} for state in states]
             self.stdout.write(json.dumps(rows, indent=2))
             return
-        columns = ["queue", "state", "running", "concurrency", "key_concurrency", "rate_limit", "key_rate_limit",
-                   "due", "throttled"]  # fmt: skip
+        columns = ["queue", "state", "pending", "due", "running", "concurrency", "key_concurrency", "rate_limit",
+                   "key_rate_limit", "throttled"]  # fmt: skip
         cells = [
             (
                 s.name,
                 "paused" if s.paused else "active",
+                s.pending,
+                s.due,
                 s.running,
                 s.concurrency,
                 s.key_concurrency,
                 f"{s.started} / {s.rate_limit}" if s.rate_limit else None,
                 s.key_rate_limit,
-                s.due,
                 "; ".join(s.throttled) or "no",
             )
             for s in states

@@ -1,8 +1,11 @@
-"""The management commands' numeric options, refused with the rule they break.
+"""The management commands' options, refused with the rule they break.
 
 argparse reports a failed ``type=`` with the converter's name ("invalid
 _positive_int value: '0'"); an option declared with ``Bounded`` says instead
 what it takes: "--concurrency must be a whole number of 1 or more, got 0".
+A value only the database or the registry can judge (an unknown queue) is
+refused in ``handle`` with ``refused``, under the same exit status argparse
+gives (docs/reference/commands.md's table).
 """
 
 from __future__ import annotations
@@ -11,6 +14,16 @@ import argparse
 import math
 from collections.abc import Sequence
 from typing import Any
+
+from django.core.management.base import CommandError
+
+#: The exit status of an option or argument refused, as argparse exits.
+USAGE = 2
+
+
+def refused(message: str) -> CommandError:
+    """A ``CommandError`` for an option's or argument's value, exiting ``USAGE``."""
+    return CommandError(message, returncode=USAGE)
 
 
 class Bounded(argparse.Action):

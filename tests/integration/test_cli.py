@@ -12,7 +12,6 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.utils import timezone
 
-import orchestration
 from orchestration import start_workflow
 from orchestration.models import Workflow, WorkflowEvent, WorkflowWorker
 from tests.admin_support import failed_three_steps, record_steps
@@ -246,15 +245,63 @@ def test_send_event__bad_payload_finished_workflow_or_unknown_id():
     assert refused("send-event", str(uuid.uuid4()), "x").returncode == 3
 
 
-def test_pause_and_resume__call_flow_control_or_say_it_is_missing(monkeypatch):
-    if not hasattr(orchestration, "pause_queue"):
-        error = refused("pause", "default")
-        assert error.returncode == 5 and "needs flow control (orchestration.pause_queue)" in str(error)
-        calls = []
-        monkeypatch.setattr(orchestration, "pause_queue", calls.append, raising=False)
-        monkeypatch.setattr(orchestration, "resume_queue", calls.append, raising=False)
-    assert run_json("pause", "default") == {"queue": "default", "done": "paused"}
-    assert "queue 'default' resumed" in run("resume", "default")
+def test_pause_and_resume__are_aliases_of_workflow_queues_and_print_the_same():
+    paused = run_json("pause", "default")
+    assert (paused["queue"], paused["paused"]) == ("default", True)
+    same = io.StringIO()
+    call_command("workflow_queues", "resume", "default", "--json", stdout=same)
+    assert json.loads(same.getvalue())["paused"] is False
+    assert run("pause", "default").startswith("queue default: paused; concurrency none")
+
+
+# -- exit statuses and errors under --json (docs/reference/commands.md's table) -------------
+
+
+def refused_by(command: str, *args: str) -> tuple[CommandError, str]:
+    """The error of ``command`` and what it wrote to stdout."""
+    out = io.StringIO()
+    with pytest.raises(CommandError) as raised:
+        call_command(command, *args, stdout=out, stderr=io.StringIO())
+    return raised.value, out.getvalue()
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (("runworkers", "--queues", "nosuch"), "No queue 'nosuch'"),
+        (("workflow_queues", "limits", "default", "--rate-limit", "10/fortnight"), "--rate-limit must be a rate"),
+        (("workflow_queues", "limits", "default", "--concurrency", "-1"), "--concurrency must be a whole number"),
+        (("workflow_queues", "pause", "nosuch"), "No queue 'nosuch'"),
+        (("workflows", "resume", "nosuch"), "No queue 'nosuch'"),
+        (("purge_workflows", "--older-than", "30", "--status", "running"), "Only finished workflows can be purged"),
+    ],
+)
+def test_exit_status__a_refused_option_or_argument_exits_2(args, message):
+    error, _ = refused_by(*args)
+    assert error.returncode == 2 and message in str(error)
+
+
+def test_json__an_error_is_a_json_object_on_stdout_with_its_exit_status():
+    missing = uuid.uuid4()
+    error, out = refused_by("workflows", "send-event", "--json", str(missing), "approval")
+    assert json.loads(out) == {"error": f"No workflow {missing}.", "exit_status": 3} and error.returncode == 3
+    error, out = refused_by("workflows", "resume", "--json", "nosuch")
+    assert json.loads(out)["exit_status"] == 2 and "No queue 'nosuch'" in json.loads(out)["error"]
+    error, out = refused_by("workflow_queues", "limits", "default", "--concurrency", "0", "--json")
+    assert json.loads(out)["exit_status"] == 2
+
+
+def test_json__repairs_of_several_ids_print_one_document_their_results():
+    done = WorkflowFactory(status="completed")
+    error, out = refused_by("workflows", "cancel", "--json", str(done.pk))
+    (result,) = json.loads(out)
+    assert result["ok"] is False and error.returncode == 4
+
+
+def test_exit_status__a_refused_option_reaches_the_shell_as_2():
+    result = run_manage("workflow_queues", "limits", "default", "--rate-limit", "10/fortnight", timeout=60)
+    assert result.returncode == 2, result.stderr
+    assert "--rate-limit must be a rate" in result.stderr
 
 
 def test_exit_status__reaches_the_shell():

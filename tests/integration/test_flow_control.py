@@ -845,5 +845,5 @@ def test_command__lists_a_queue_only_a_run_names_and_pauses_it_by_name(capsys):
         ("adhoc", False, 1, 1)
     ]
     call_command("workflows", "pause", "adhoc")
-    assert "queue 'adhoc' paused" in capsys.readouterr().out
+    assert "queue adhoc: paused" in capsys.readouterr().out
     assert claim() == []

@@ -3,10 +3,10 @@ from __future__ import annotations
 import datetime
 from typing import Any
 
-from django.core.management.base import CommandError, CommandParser
+from django.core.management.base import CommandParser
 
 from orchestration import clock, retention
-from orchestration.management.arguments import Bounded
+from orchestration.management.arguments import Bounded, refused
 from orchestration.management.outage import ReportsOutages
 from orchestration.models import FINISHED_STATUSES
 
@@ -44,7 +44,7 @@ class Command(ReportsOutages):
         try:
             cutoff = clock.now() - datetime.timedelta(days=options["older_than"])
         except OverflowError:
-            raise CommandError(f"--older-than {options['older_than']:g} days reaches back before the year 1") from None
+            raise refused(f"--older-than {options['older_than']:g} days reaches back before the year 1") from None
         try:
             result = retention.purge_workflows(
                 cutoff,
@@ -53,8 +53,8 @@ class Command(ReportsOutages):
                 dry_run=options["dry_run"],
                 on_batch=self._progress,
             )
-        except ValueError as exc:
-            raise CommandError(str(exc)) from None
+        except ValueError as exc:  # a status it does not purge
+            raise refused(str(exc)) from None
         which = ", ".join(statuses) if statuses else "finished"
         if options["dry_run"]:
             self.stdout.write(

@@ -10,7 +10,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from orchestration import flow
 from orchestration.conf import conf
 from orchestration.errors import UnknownQueue
-from orchestration.management.arguments import POSITIVE_SECONDS, Bounded
+from orchestration.management.arguments import POSITIVE_SECONDS, Bounded, refused
 from orchestration.observability import observe
 from orchestration.observability.metrics import INSTALL_HINT
 from orchestration.validation import InvalidWorkflowInput, validate_queue
@@ -82,12 +82,12 @@ class Command(BaseCommand):
                 for name in queues:
                     validate_queue(name)
             except InvalidWorkflowInput as exc:
-                raise CommandError(f"--queues {options['queues']!r}: {exc}") from None
+                raise refused(f"--queues {options['queues']!r}: {exc}") from None
             for name in queues:
                 try:
                     flow.check_queue(name)
                 except UnknownQueue as exc:
-                    raise CommandError(f"--queues: {exc} Declare extra queues in ORCHESTRATION['QUEUES'].") from None
+                    raise refused(f"--queues: {exc} Declare extra queues in ORCHESTRATION['QUEUES'].") from None
         self._configure_logging(options["log_level"])
         if options["metrics_port"]:
             self._serve_metrics(options["metrics_port"], options["metrics_address"])

@@ -3,10 +3,12 @@ the operator's console from a shell, each verb with ``--json``.
 
 A shell over ``orchestration.reports.listing`` (the admin list's filters and search)
 and ``orchestration.api`` (the same repairs as the admin's actions). Exit
-status: 0 done; 2 a bad argument (an id, a filter, a payload); 3 no such
-workflow; 4 refused in its state (the message says why); 5 not available
-here; 1 anything else (a statement timeout, say). ``health`` exits 0 when
-every check passes, 1 otherwise (``orchestration.health``).
+status (docs/reference/commands.md's table): 0 done; 2 a bad argument (an
+id, a filter, a payload, an unknown queue); 3 no such workflow; 4 refused in
+its state (the message says why); 1 anything else (a statement timeout, say).
+``health`` exits 0 when every check passes, 1 otherwise
+(``orchestration.health``). ``pause`` and ``resume`` are aliases of
+``workflow_queues pause|resume``.
 """
 
 from __future__ import annotations
@@ -25,10 +27,11 @@ from django.db import OperationalError
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
-import orchestration
 from orchestration import api, health, moments
 from orchestration.errors import InvalidTransition, InvalidWorkflowInput
-from orchestration.management.arguments import POSITIVE_SECONDS, Bounded
+from orchestration.management.arguments import POSITIVE_SECONDS, USAGE, Bounded
+from orchestration.management.commands import workflow_queues
+from orchestration.management.json_errors import JsonErrors, already_reported
 from orchestration.management.outage import ReportsOutages
 from orchestration.models import Workflow
 from orchestration.reports import listing, stats, step_window
@@ -36,7 +39,7 @@ from orchestration.terminal import printable
 from orchestration.validation import dumps_for_display
 from orchestration.waits import Wait
 
-BAD_ARGUMENT, NOT_FOUND, REFUSED, UNAVAILABLE = 2, 3, 4, 5
+BAD_ARGUMENT, NOT_FOUND, REFUSED = USAGE, 3, 4
 
 #: Seconds a read may take before PostgreSQL cancels it (``--timeout``).
 READ_TIME_LIMIT = 30.0
@@ -65,7 +68,7 @@ def _steps(value: str) -> tuple[int, int | None]:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-class Command(ReportsOutages):
+class Command(JsonErrors, ReportsOutages):
     help = "Watch and repair workflows: list, show, workers, retry, restart, cancel, send-event, pause, resume."
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -115,8 +118,8 @@ class Command(ReportsOutages):
         event.add_argument("id")
         event.add_argument("name")
         event.add_argument("--payload", default="null", help="JSON (default null)")
-        verb("pause", "Pause a queue: its workflows wait, running ones finish.").add_argument("queue")
-        verb("resume", "Resume a paused queue.").add_argument("queue")
+        for action, text in workflow_queues.PAUSE_HELP.items():
+            verb(action, f"{text} The same as workflow_queues {action}.").add_argument("queue")
         said = (
             "Check the database, the migrations and, when asked, a worker; one line a check. Exit status 0 "
             "when all pass, 1 otherwise: for a supervisor's probe."
@@ -320,27 +323,10 @@ class Command(ReportsOutages):
         return None
 
     def _pause(self, options: dict[str, Any]) -> Any:
-        return self._queue(options, "pause_queue", "paused")
+        return workflow_queues.pause_or_resume(self, "pause", options["queue"], options["json"])
 
     def _resume(self, options: dict[str, Any]) -> Any:
-        return self._queue(options, "resume_queue", "resumed")
-
-    def _queue(self, options: dict[str, Any], function: str, done: str) -> Any:
-        change = getattr(orchestration, function, None)  # flow control's, where it exists
-        if change is None:
-            raise CommandError(
-                f"{options['verb']} needs flow control (orchestration.{function}), which this version of "
-                "orchestration does not have.",
-                returncode=UNAVAILABLE,
-            )
-        try:
-            change(options["queue"])
-        except (InvalidWorkflowInput, ValueError, LookupError) as exc:  # an unknown queue, as flow control says it
-            raise CommandError(str(exc), returncode=BAD_ARGUMENT) from None
-        if options["json"]:
-            return {"queue": options["queue"], "done": done}
-        self.stdout.write(f"queue {options['queue']!r} {done}")
-        return None
+        return workflow_queues.pause_or_resume(self, "resume", options["queue"], options["json"])
 
     def _each(self, options: dict[str, Any], repair: Callable[[uuid.UUID], Workflow], done: str) -> Any:
         """Repair each id through the API; report each; exit with the worst failure's status."""
@@ -367,7 +353,8 @@ class Command(ReportsOutages):
                 (self.stdout if result["ok"] else self.stderr).write(line)
         if worst:
             failed = sum(1 for result in results if not result["ok"])
-            raise CommandError(f"{failed} of {len(results)} workflow(s) not {done}.", returncode=worst)
+            error = CommandError(f"{failed} of {len(results)} workflow(s) not {done}.", returncode=worst)
+            raise already_reported(error) if options["json"] else error
         return None
 
     def _table(self, heading: tuple[str, ...], rows: Sequence[tuple[str, ...]], empty: str) -> None:

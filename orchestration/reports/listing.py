@@ -92,6 +92,43 @@ def search_q(term: str) -> Q:
     return condition
 
 
+#: Candidates an ambiguous id names, at most.
+CANDIDATES_SHOWN = 5
+
+
+class NoSuchWorkflow(LookupError):
+    """No workflow has this id, or an id that starts or ends with it."""
+
+
+def resolve_id(text: str) -> uuid.UUID:
+    """The workflow ``text`` names: a whole id, or the first or last characters
+    of one (the 8 the console shows, say), through the primary key's index and
+    ``idx_workflows_id_tail``. ``InvalidFilter`` when it is no part of an id or
+    names several (the message lists them), ``NoSuchWorkflow`` when none."""
+    term = str(text).strip()
+    try:
+        return uuid.UUID(term)
+    except ValueError:
+        pass
+    ids = uuid_prefix_range(term)
+    if ids is None:
+        raise InvalidFilter(f"{term!r} is not a workflow id, nor the first or last characters of one.")
+    needle = term.lower()
+    condition = Q(pk__gte=ids[0], pk__lte=ids[1])
+    if len(needle) <= ID_TAIL and "-" not in needle:
+        condition |= Q(StartsWith(Reverse(Right(Cast("id", TextField()), ID_TAIL)), needle[::-1]))
+    found = list(
+        Workflow.objects.using(conf.DATABASE).filter(condition).values_list("pk", flat=True)[: CANDIDATES_SHOWN + 1]
+    )
+    if not found:
+        raise NoSuchWorkflow(f"No workflow {term}: no id is, starts or ends with it.")
+    if len(found) > 1:
+        named = ", ".join(sorted(str(pk) for pk in found[:CANDIDATES_SHOWN]))
+        more = " and more" if len(found) > CANDIDATES_SHOWN else ""
+        raise InvalidFilter(f"{term!r} names more than one workflow: {named}{more}. Give more of the id.")
+    return found[0]
+
+
 def held_by_q(worker_id: str) -> Q:
     """The runs a worker holds: running, with its id."""
     return Q(status=WorkflowStatus.RUNNING, worker_id=worker_id)

@@ -73,9 +73,18 @@ def test_list__as_a_table():
     failed = failed_three_steps()
     text = run("list")
     header, row = text.splitlines()[:2]
-    assert header.split() == ["id", "type", "status", "queue", "step", "attempts", "created"]
-    assert row.split()[:6] == [str(failed.pk), "three_steps", "failed", "default", "1", "4/4"]
+    assert header.split() == ["id", "type", "status", "queue", "step", "attempts", "created", "error"]
+    assert row.split()[:6] == [str(failed.pk), "three_steps", "failed", "default", "2", "4/4"]  # failed at step 2
+    assert row.endswith("ConnectionError: bank API unreachable")
     assert run("list", "--status", "running").splitlines()[-1] == "(no workflow matches)"
+
+
+def test_list__shows_the_step_a_run_failed_at_and_a_completed_runs_steps_done():
+    WorkflowFactory(status="failed", current_step=0, error_message="boom\n" + "x" * 200)
+    row = run("list").splitlines()[1]
+    assert row.split()[4] == "1" and row.endswith("…") and "boom x" in row
+    WorkflowFactory(status="completed", current_step=4)
+    assert "4 done" in run("list", "--status", "completed").splitlines()[1]
 
 
 def test_list__a_run_no_worker_here_registers_is_shown_waiting_for_a_worker():
@@ -140,9 +149,27 @@ def test_show__a_key_with_its_scope():
     assert "key:        report-7 (active)" in run("show", str(started.pk))
 
 
+def test_show__finds_a_run_by_the_end_of_its_id_the_admin_shows_or_by_its_start():
+    workflow = WorkflowFactory(workflow_type="echo")
+    for part in (str(workflow.pk)[-8:], str(workflow.pk)[:13], str(workflow.pk)[-8:].upper()):
+        assert run_json("show", part)["id"] == str(workflow.pk), part
+    run_json("cancel", str(workflow.pk)[-8:])
+    assert Workflow.objects.get(pk=workflow.pk).status == "cancelled"
+
+
+def test_show__an_id_part_that_names_several_runs_lists_them_and_exits_2():
+    first = WorkflowFactory(id=uuid.UUID("01a00000-0000-7000-8000-0000000000aa"))
+    second = WorkflowFactory(id=uuid.UUID("01a00000-0000-7000-8000-0000000001aa"))
+    error, out = refused_by("workflows", "show", "aa", "--json")
+    assert error.returncode == 2 and f"{first.pk}, {second.pk}" in str(error) and "Give more of the id" in str(error)
+    assert json.loads(out)["exit_status"] == 2
+    missing = refused("show", "abcdef12")
+    assert (str(missing), missing.returncode) == ("No workflow abcdef12: no id is, starts or ends with it.", 3)
+
+
 def test_show__a_bad_or_unknown_id_says_so_with_its_exit_status():
     assert (str(refused("show", "not-an-id")), refused("show", "not-an-id").returncode) == (
-        "'not-an-id' is not a workflow id (a UUID).",
+        "'not-an-id' is not a workflow id, nor the first or last characters of one.",
         2,
     )
     missing = uuid.uuid4()

@@ -184,12 +184,14 @@ class Command(JsonErrors, ReportsOutages):
         table = [
             (
                 *(str(row["id"]), printable(row["workflow_type"]), _status(row), printable(row["queue"])),
-                str(row["current_step"]),
+                _step(row),
                 *(f"{row['attempts']}/{row['max_retries'] + 1}", _moment(row["created_at"])),
+                _error_line(row["error_message"]),
             )
             for row in found
         ]
-        self._table(("id", "type", "status", "queue", "step", "attempts", "created"), table, "no workflow matches")
+        heading = ("id", "type", "status", "queue", "step", "attempts", "created", "error")
+        self._table(heading, table, "no workflow matches")
         return None
 
     def _show(self, options: dict[str, Any]) -> Any:
@@ -334,9 +336,9 @@ class Command(JsonErrors, ReportsOutages):
         for text in options["ids"]:
             try:
                 workflow = repair(_workflow_id(text))
-            except CommandError as exc:
+            except CommandError as exc:  # an id that names no workflow, or several
                 results.append({"id": text, "ok": False, "error": str(exc)})
-                worst = max(worst, BAD_ARGUMENT)
+                worst = max(worst, exc.returncode)
             except Workflow.DoesNotExist:
                 results.append({"id": text, "ok": False, "error": f"No workflow {text}."})
                 worst = max(worst, NOT_FOUND)
@@ -367,10 +369,32 @@ class Command(JsonErrors, ReportsOutages):
 
 
 def _workflow_id(text: str) -> uuid.UUID:
+    """A whole id, or the first or last characters of one, as the admin and this command show them."""
     try:
-        return listing.parse_uuid(text)
+        return listing.resolve_id(text)
     except listing.InvalidFilter as exc:
         raise CommandError(str(exc), returncode=BAD_ARGUMENT) from None
+    except listing.NoSuchWorkflow as exc:
+        raise CommandError(str(exc), returncode=NOT_FOUND) from None
+
+
+#: Characters of an error the list shows; ``show`` prints it whole.
+ERROR_SHOWN = 60
+
+
+def _step(row: dict[str, Any]) -> str:
+    """The step a run is at, failed at or stopped at (``current_step`` counts the
+    steps completed before it); a completed run's steps, all done."""
+    if row["status"] == "completed":
+        return f"{row['current_step']} done"
+    return str(row["current_step"] + 1)
+
+
+def _error_line(message: str | None) -> str:
+    if not message:
+        return "-"
+    line = printable(" ".join(message.split()))  # one line: its breaks become spaces
+    return line if len(line) <= ERROR_SHOWN else line[: ERROR_SHOWN - 1] + "…"
 
 
 def _status(row: dict[str, Any]) -> str:

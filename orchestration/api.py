@@ -43,7 +43,7 @@ from .validation import (
     validate_timeout,
     validate_workflow_type,
 )
-from .waits import wake_event_waiter
+from .waits import awaited_event, wake_event_waiter
 
 
 def start_workflow(
@@ -203,14 +203,22 @@ def send_event(workflow: WorkflowRef, name: str, payload: Any = None) -> Workflo
 
     The event is stored until the workflow's ``ctx.wait_for_event(name)``
     consumes it, so it may be sent before the workflow waits. A workflow
-    waiting for it is woken at once.
+    waiting for it is woken at once. The event returned says which:
+    ``event.awaited`` is True when the run was waiting for ``name``, and
+    ``event.waiting_for`` names the event it waits for instead (None: none),
+    so that a misspelt name is seen rather than kept unread.
     """
     validate_event_name(name)
     workflow_id = workflow_id_of(workflow)
     value = to_json_value(payload, f"The payload of event {name!r}")
     alias = conf.DATABASE
     with transaction.atomic(using=alias):
-        current = Workflow.objects.using(alias).select_for_update().filter(pk=workflow_id).values("status", "queue")
+        current = (
+            Workflow.objects.using(alias)
+            .select_for_update()
+            .filter(pk=workflow_id)
+            .values("status", "queue", "waiting_for")
+        )
         row = current.first()
         if row is None:
             raise Workflow.DoesNotExist(f"No workflow {workflow_id} to send event {name!r} to.")
@@ -218,6 +226,8 @@ def send_event(workflow: WorkflowRef, name: str, payload: Any = None) -> Workflo
             raise InvalidTransition(f"Cannot send event {name!r} to workflow {workflow_id}: it is {row['status']}.")
         event = WorkflowEvent.objects.using(alias).create(workflow_id=workflow_id, name=name, payload=value)
         wake_event_waiter(workflow_id, name, row["queue"])
+    event.waiting_for = awaited_event(row["status"], row["waiting_for"])
+    event.awaited = event.waiting_for == name
     return event
 
 

@@ -9,6 +9,7 @@ one transaction.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -16,12 +17,12 @@ import time
 import uuid
 from typing import Any
 
-from django.db import connections
+from django.db import connections, transaction
 from django.db.models.base import ModelState
 from django.db.models.signals import post_init, pre_init
 
 from .claim.wire import run
-from .errors import OrchestrationError
+from .errors import InvalidWorkflowInput, OrchestrationError
 from .listen import NOTIFY_CHANNEL
 from .models import ACTIVE_STATUSES, KeyScope, Workflow
 
@@ -108,18 +109,34 @@ def insert(
     if scope is None and all(key is None for key in keys):  # only a key can be taken: every run is new
         ids = time_ordered_uuids(len(keys))
         return _insert_rows(alias, options, ids, inputs, keys, concurrency_keys, scope, keyless=True)
-    for _ in range(_ROUNDS):
-        ids = time_ordered_uuids(len(keys))
-        rows = _insert_rows(alias, options, ids, inputs, keys, concurrency_keys, scope)
-        created = {workflow.pk: workflow for workflow in rows}
-        column = KEY_COLUMNS[scope]
-        by_key: dict[str | None, Workflow] = {getattr(w, column): w for w in rows if getattr(w, column)}
-        missing = {key for key, pk in zip(keys, ids, strict=True) if pk not in created and key not in by_key}
-        if missing:
-            by_key.update((getattr(w, column), w) for w in _holders(alias, missing, scope))
-        if not missing - by_key.keys():
-            return [created.get(pk) or by_key[key] for pk, key in zip(ids, keys, strict=True)]
+    # A batch is written whole or not at all: a key held by another type's run refuses it after its INSERT.
+    with transaction.atomic(using=alias) if len(keys) > 1 else contextlib.nullcontext():
+        for _ in range(_ROUNDS):
+            ids = time_ordered_uuids(len(keys))
+            rows = _insert_rows(alias, options, ids, inputs, keys, concurrency_keys, scope)
+            created = {workflow.pk: workflow for workflow in rows}
+            column = KEY_COLUMNS[scope]
+            by_key: dict[str | None, Workflow] = {getattr(w, column): w for w in rows if getattr(w, column)}
+            missing = {key for key, pk in zip(keys, ids, strict=True) if pk not in created and key not in by_key}
+            if missing:
+                by_key.update((getattr(w, column), w) for w in _holders(alias, missing, scope))
+            if not missing - by_key.keys():
+                found = [created.get(pk) or by_key[key] for pk, key in zip(ids, keys, strict=True)]
+                _refuse_other_types(found, options["workflow_type"], column)
+                return found
     raise OrchestrationError(f"Could not start a run of key(s) {', '.join(map(str, missing))} in {_ROUNDS} rounds.")
+
+
+def _refuse_other_types(runs: list[Workflow], workflow_type: str, column: str) -> None:
+    """A key names one run: a start of another type under it is a mistake that
+    returning that run would hide."""
+    for workflow in runs:
+        if workflow.workflow_type != workflow_type:
+            raise InvalidWorkflowInput(
+                f"Idempotency key {getattr(workflow, column)!r} already belongs to workflow {workflow.pk} of type "
+                f"{workflow.workflow_type!r}; it cannot start a run of {workflow_type!r}. Use a key of its own, "
+                f"for example prefixed with the type."
+            )
 
 
 def _holders(alias: str, keys: set[str | None], scope: str | None) -> Any:

@@ -33,7 +33,11 @@ def fork_workflow(workflow: WorkflowRef, from_step: int) -> Workflow:
     if isinstance(from_step, bool) or not isinstance(from_step, int):
         raise InvalidWorkflowInput(f"from_step must be a step number (an integer >= 1), not {from_step!r}.")
     alias = conf.DATABASE
-    original = Workflow.objects.using(alias).get(pk=workflow_id_of(workflow))
+    workflow_id = workflow_id_of(workflow)
+    try:
+        original = Workflow.objects.using(alias).get(pk=workflow_id)
+    except Workflow.DoesNotExist:
+        raise Workflow.DoesNotExist(f"No workflow {workflow_id} to fork.") from None
     with transaction.atomic(using=alias):
         # Read in the transaction that makes the fork, which is claimed only with its copies.
         in_a_row = completed_in_a_row(original.pk)

@@ -261,6 +261,11 @@ class WorkflowEvent(models.Model):
     # The wait_for_event step that received it; NULL while unconsumed.
     consumed_by_step = models.IntegerField(null=True, blank=True)
 
+    #: Set on the event ``send_event`` returns (not columns): whether the run was
+    #: waiting for this name, and the event it waits for instead (None: none).
+    awaited: bool | None = None
+    waiting_for: str | None = None
+
     class Meta:
         db_table = "workflow_events"
         ordering = ["workflow", "id"]

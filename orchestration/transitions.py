@@ -37,7 +37,7 @@ from django.db.models.functions import Cast, Coalesce, Greatest, JSONObject, Lea
 
 from . import waits
 from .conf import conf
-from .errors import InvalidTransition
+from .errors import InvalidTransition, InvalidWorkflowInput
 from .listen import notify_new_work
 from .models import FINISHED_STATUSES, StepStatus, Workflow, WorkflowEvent, WorkflowStatus, WorkflowStep
 from .validation import check_text, to_json_value
@@ -243,9 +243,22 @@ def fail_stuck(rows: QuerySet[Workflow], message: str, **lost: Any) -> int:
 
 
 def workflow_id_of(workflow: WorkflowRef) -> uuid.UUID:
+    """The id of a row, a UUID or its text; ``InvalidWorkflowInput`` naming a value that is none of them."""
     if isinstance(workflow, Workflow):
         return workflow.pk
-    return workflow if isinstance(workflow, uuid.UUID) else uuid.UUID(str(workflow))
+    if isinstance(workflow, uuid.UUID):
+        return workflow
+    try:
+        return uuid.UUID(str(workflow))
+    except ValueError:
+        raise InvalidWorkflowInput(
+            f"{workflow!r} is not a workflow id: give a Workflow row, a UUID or its text."
+        ) from None
+
+
+def _either(words: list[str]) -> str:
+    """ "failed, cancelled or completed": a list as a sentence says it."""
+    return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} or {words[-1]}"
 
 
 def operator_move(
@@ -278,7 +291,7 @@ def operator_move(
             ) from exc
         current = rows.get(pk=workflow_id)  # raises Workflow.DoesNotExist for an unknown id
         if not changed:
-            requirement = requirement or f"a {' or '.join(move.sources)} workflow"
+            requirement = requirement or f"a {_either(list(move.sources))} workflow"
             raise InvalidTransition(
                 f"Cannot {verb} workflow {workflow_id}: it is {current.status}, and only {requirement} can be."
             )

@@ -247,12 +247,15 @@ def validate_event_name(name: Any) -> None:
 
 def to_timedelta(value: Any, what: str, *, allow_zero: bool = False) -> datetime.timedelta:
     """Seconds (int or float) or a timedelta, as a timedelta; rejects negatives (and zero unless allowed)."""
+    given = value
     if isinstance(value, int | float) and not isinstance(value, bool):
         value = datetime.timedelta(seconds=value)
     zero = datetime.timedelta(0)
     if not isinstance(value, datetime.timedelta) or value < zero or (value == zero and not allow_zero):
         bound = ">= 0" if allow_zero else "> 0"
-        raise InvalidWorkflowInput(f"{what} must be a number of seconds or a timedelta {bound}, not {value!r}.")
+        # Said as given: -1, or a timedelta as seconds, not its repr (days=-1, seconds=86399).
+        said = f"{given.total_seconds():g} seconds" if isinstance(given, datetime.timedelta) else repr(given)
+        raise InvalidWorkflowInput(f"{what} must be a number of seconds or a timedelta {bound}, not {said}.")
     return value
 
 

@@ -58,7 +58,8 @@ class WorkflowQueueForm(forms.ModelForm):
                 try:
                     validate_queue_limit(limit, cleaned[limit] if cleaned[limit] != "" else None)
                 except InvalidQueueLimit as exc:
-                    self.add_error(limit, str(exc))
+                    # In the form's terms: an empty field, not None, lifts a limit.
+                    self.add_error(limit, str(exc).replace(" (or None for no limit)", "; empty: no limit"))
         return cleaned
 
 

@@ -416,9 +416,9 @@ def send_event(model_admin: WorkflowConsole, request: HttpRequest, object_id: st
             if name == awaited:
                 text += ", which was waiting for it; the next free worker resumes it."
             else:
-                text += "; it is kept until the workflow waits for it"
+                text += f", which is not waiting for {name!r}: it is kept until the workflow waits for it"
                 text += f" (it waits for {awaited!r} now)." if awaited else "."
-            model_admin.message_user(request, text, messages.SUCCESS)
+            model_admin.message_user(request, text, messages.SUCCESS if name == awaited else messages.WARNING)
             return HttpResponseRedirect(change_url(workflow.pk))
     return TemplateResponse(
         request,

@@ -165,7 +165,8 @@ def test_send_event__another_name_to_a_running_workflow_is_kept_for_its_wait(adm
     workflow = WorkflowFactory(status="running", workflow_type="awaits_approval")
     response = admin_client.post(send_url(workflow), {"name": "cancel request", "payload": "[1, 2]"}, follow=True)
     assert messages_of(response) == [
-        f"Event 'cancel request' sent to workflow {workflow.pk}; it is kept until the workflow waits for it."
+        f"Event 'cancel request' sent to workflow {workflow.pk}, which is not waiting for 'cancel request': "
+        "it is kept until the workflow waits for it."
     ]
     event = WorkflowEvent.objects.get(workflow=workflow)
     assert (event.name, event.payload, event.consumed_by_step) == ("cancel request", [1, 2], None)

@@ -211,7 +211,7 @@ def test_retry_restart_and_cancel__through_the_api_each_reporting_its_new_status
         (str(failed.pk), "pending"),
         (str(cancelled.pk), "pending"),
     ]
-    assert "cancelled, now cancelled" in run("cancel", str(failed.pk), "--reason", "not needed")
+    assert f"{failed.pk}: cancelled\n" in run("cancel", str(failed.pk), "--reason", "not needed")
     assert Workflow.objects.get(pk=failed.pk).error_message == "not needed"
     done = WorkflowFactory(status="completed")
     WorkflowStepFactory(workflow=done, step_number=1)

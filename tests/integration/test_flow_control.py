@@ -706,6 +706,7 @@ def test_queue_admin__refuses_a_zero_limit_or_a_malformed_rate__saves_through_th
     assert response.status_code == 200 and not WorkflowQueue.objects.exists()
     errors = response.context["adminform"].form.errors
     assert "concurrency" in errors and "A rate limit is written N/s" in str(errors["rate_limit"])
+    assert "empty: no limit" in str(errors["concurrency"]) and "None" not in str(errors["concurrency"])
     refused = admin_client.post(url, {**form, "name": "nowhere"}).context["adminform"].form.errors
     assert "queue row or run names it" in str(refused)
     admin_client.post(url, {**form, "concurrency": "2", "rate_limit": "5/s", "paused": "on"})

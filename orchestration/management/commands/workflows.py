@@ -320,8 +320,13 @@ class Command(JsonErrors, ReportsOutages):
         except InvalidTransition as exc:
             raise CommandError(str(exc), returncode=REFUSED) from None
         if options["json"]:
-            return {"id": workflow_id, "event": event.name, "event_id": event.pk}
-        self.stdout.write(f"{workflow_id}: event {event.name!r} sent")
+            return {"id": workflow_id, "event": event.name, "event_id": event.pk, "awaited": event.awaited,
+                    "waiting_for": event.waiting_for}  # fmt: skip
+        said = f"{workflow_id}: event {event.name!r} sent"
+        if not event.awaited:
+            said += f"; the run is not waiting for it, and keeps it until it waits for {event.name!r}"
+            said += f" (it waits for {event.waiting_for!r} now)" if event.waiting_for else ""
+        self.stdout.write(said)
         return None
 
     def _pause(self, options: dict[str, Any]) -> Any:
@@ -351,7 +356,9 @@ class Command(JsonErrors, ReportsOutages):
             self.stdout.write(json.dumps(results, indent=2))
         else:
             for result in results:
-                line = f"{result['id']}: {done}, now {result['status']}" if result["ok"] else result["error"]
+                # "retried, now pending"; a cancel's "cancelled" is said once.
+                now = f", now {result['status']}" if result["ok"] and result["status"] != done else ""
+                line = f"{result['id']}: {done}{now}" if result["ok"] else result["error"]
                 (self.stdout if result["ok"] else self.stderr).write(line)
         if worst:
             failed = sum(1 for result in results if not result["ok"])

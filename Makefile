@@ -89,6 +89,7 @@ $(DOCS_STAMP): requirements-docs.txt $(STAMP)
 
 docs: $(DOCS_STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+	@echo "Open build/site/index.html in a browser (its search needs it served: $(BIN)/python -m http.server -d build/site)"
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -21,9 +21,9 @@ the first run says so on stderr, folder by folder.
 Layout of ``.pgdata/``: ``cluster/`` (the data directory, owned by the server's
 account), ``password``, ``holders`` (the processes using the server) and
 ``lock``. Every process (web, workers, tests) that points at the same folder
-shares one server; the last one to exit stops it, and each drops the pids of
-processes that died without their exit handlers (SIGKILL, ``os._exit``), so
-that no server is left running orphaned.
+shares one server; the last one to exit (normally, by Ctrl-C or by SIGTERM)
+stops it, and each drops the pids of processes that died without their exit
+handlers (SIGKILL, ``os._exit``), so that no server is left running orphaned.
 """
 
 from __future__ import annotations
@@ -36,9 +36,11 @@ import os
 import secrets
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -84,6 +86,7 @@ class EmbeddedPostgres:
             holders = [pid for pid in self._holders() if alive(pid)]
             self._write_holders([*dict.fromkeys([*holders, os.getpid()])])
         atexit.register(self.leave)
+        exit_handlers_on_sigterm()
         return self.settings()
 
     def leave(self) -> None:
@@ -374,6 +377,20 @@ def running_pid(cluster: Path) -> int | None:
     except (FileNotFoundError, IndexError, ValueError):
         return None
     return pid if alive(pid) else None
+
+
+def exit_handlers_on_sigterm() -> None:
+    """Let SIGTERM end this process as Ctrl-C does, through its exit handlers
+    (``leave`` among them): a service manager stops a process with SIGTERM,
+    whose default action skips them and so would leave the server running.
+    Only where nothing handles SIGTERM yet (``runworkers`` sets its own, and
+    exits through them) and in the main thread, where Python runs handlers."""
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _exit_on_sigterm)
+
+
+def _exit_on_sigterm(signum: int, frame: Any) -> None:
+    raise SystemExit(128 + signum)
 
 
 def alive(pid: int) -> bool:

@@ -125,6 +125,16 @@ def test_the_server_stops_with_the_last_live_process_though_another_died_without
     assert postmaster(data_dir) is None, "the last live process to exit must stop the server"
 
 
+def test_the_last_process_stopped_with_sigterm_stops_the_server_as_ctrl_c_does(base):
+    data_dir = base / ".pgdata"
+    holder = join(data_dir, HOLD)  # as a service manager stops runserver
+    assert holder.stdout.readline() == "joined\n"
+    holder.send_signal(signal.SIGTERM)
+    assert holder.wait(60) == 128 + signal.SIGTERM
+    assert postmaster(data_dir) is None, "a process stopped with SIGTERM must stop the server it was last to use"
+    assert (data_dir / "holders").read_text().strip() in ("", "[]")
+
+
 def test_embedded_database__refuses_a_connection_without_this_checkouts_password(base, held):
     data_dir = held(base / ".pgdata")
     with pytest.raises(psycopg.OperationalError, match="no password supplied"):

@@ -8,6 +8,7 @@ runs as shown.
 from __future__ import annotations
 
 # --8<-- [start:steps]
+import os
 from typing import Any
 
 from orchestration import PermanentError
@@ -22,6 +23,9 @@ def charge_card(order_id: int, cents: int, idempotency_key: str) -> dict[str, An
     if cents <= 0:
         # No retry can fix this one: fail the workflow at once.
         raise PermanentError(f"order {order_id}: nothing to charge ({cents})")
+    if os.environ.get("SHOP_PAYMENTS_DOWN"):
+        # Stands for your payment provider's outage: retried, and fixed once it is over.
+        raise ConnectionError("payment provider unreachable")
     # Give idempotency_key to your payment provider: a step may run twice.
     return {"charge_id": f"ch_{order_id}", "cents": cents}
 

@@ -14,6 +14,7 @@ another path); Playwright's own browser downloads are never used.
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
@@ -64,6 +65,7 @@ class Command(BaseCommand):
             cwd=settings.BASE_DIR,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
+            env={**os.environ, "DEBUG": "on"},  # runserver serves the admin's stylesheets only in DEBUG
         )
         try:
             base = f"http://127.0.0.1:{port}"
@@ -103,6 +105,8 @@ class Command(BaseCommand):
             ("failed-run", reverse("admin:orchestration_workflow_change", args=[failed.pk])),
             ("waiting-run", reverse("admin:orchestration_workflow_change", args=[waiting.pk])),
             ("overview", reverse("admin:orchestration_workflow_overview")),
+            ("workers", reverse("admin:orchestration_workflowworker_changelist")),
+            ("queues", reverse("admin:orchestration_workflowqueue_changelist")),
         ]
 
     def _log_in(self, page: Any) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import inspect
+import logging
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -30,7 +31,7 @@ from ..errors import (
     Suspend,
 )
 from ..models import StepStatus, Workflow, WorkflowStatus
-from ..observability import logs, observe
+from ..observability import observe
 from ..outages import is_outage
 from ..terminal import printable
 from ..validation import (
@@ -48,7 +49,7 @@ from ..waits import Wait
 from .patches import Patches
 from .timeouts import Expired, call_within
 
-logger = logs.RunLogger(__name__)
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)

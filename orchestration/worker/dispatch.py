@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import collections
 import json
+import logging
 import threading
 import time
 
@@ -47,12 +48,11 @@ from ..claim.claims import FinishedRun, finish_and_claim, only_handed_over
 from ..claim.lease import Lease
 from ..claim.rules import RulesCache
 from ..errors import LeaseLost
-from ..observability import logs
 from ..outages import is_outage
 from .execution import Outcome, log_completed, record_failure
 from .held import HeldRuns
 
-logger = logs.RunLogger(__name__)
+logger = logging.getLogger(__name__)
 
 #: Runs are claimed ahead of the threads only while this process's recent
 #: attempts took less than this many seconds on average, so a run claimed

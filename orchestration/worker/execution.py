@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import enum
 import json
+import logging
 import time
 import traceback
 from collections.abc import Callable
@@ -29,13 +30,13 @@ from ..errors import (
     ReleaseRequested,
     Suspend,
 )
-from ..observability import logs, observe
+from ..observability import observe
 from ..registry import WorkflowDefinition, find_workflow, registered_workflows
 from ..terminal import printable
 from ..validation import ERROR_MESSAGE_MAX_LENGTH, storable_text, to_json_text
 from ..waits import WAIT_FOREVER
 
-logger = logs.RunLogger(__name__)
+logger = logging.getLogger(__name__)
 
 
 class Outcome(enum.StrEnum):

@@ -23,6 +23,7 @@ import asyncio
 import concurrent.futures
 import contextvars
 import functools
+import logging
 import queue
 import threading
 import time
@@ -35,12 +36,11 @@ from django.db import connections
 from ..claim.lease import Lease, OutagePolicy
 from ..ctx.async_context import CANCEL_GRACE, SyncCalls
 from ..ctx.timeouts import thread_databases
-from ..observability import logs
 from ..registry import async_workflow_types
 from .dispatch import Dispatcher
 from .execution import Outcome, execute_async
 
-logger = logs.RunLogger(__name__)
+logger = logging.getLogger(__name__)
 
 #: Threads that run the loop's engine calls and sync step bodies (a sync step
 #: body holds one while it runs).

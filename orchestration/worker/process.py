@@ -25,7 +25,6 @@ from .. import flow, worker_rows
 from ..claim.lease import Lease, OutagePolicy
 from ..conf import conf
 from ..ctx import timeouts
-from ..observability import logs
 from ..outages import is_outage
 from ..registry import async_workflow_types
 from . import systemd
@@ -112,8 +111,8 @@ class Worker:
         the exit status: 0, 1 when one of its threads died (see ``_thread_died``),
         or ``GAVE_UP`` when the database was unavailable for ``give_up_after``
         seconds (``outage.gave_up`` says why)."""
-        # The run lines are written by one thread (see ``logs``); every connection opened gives up a silent link.
-        with logs.writing(), dead_links_given_up(conf.DATABASE, conf.STUCK_AFTER) as added:
+        # Every connection opened gives up a silent link.
+        with dead_links_given_up(conf.DATABASE, conf.STUCK_AFTER) as added:
             if added:
                 logger.info(
                     "worker %s: a silent link to the database is given up after %gs (%s)",

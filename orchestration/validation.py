@@ -193,10 +193,15 @@ def validate_workflow_type(name: Any) -> None:
         )
 
 
+_CONTROL_CHARACTER = re.compile("[\x00-\x1f\x7f-\x9f]")
+
+
 def validate_queue(queue: Any) -> None:
     if not isinstance(queue, str) or not queue.strip() or "," in queue:
         raise InvalidWorkflowInput(f"A queue name must be a non-empty string without commas, not {queue!r}.")
     check_text(queue, f"Queue name {queue[:40]!r}")
+    if _CONTROL_CHARACTER.search(queue):  # a tab, a newline: a name no one can tell from another in a list
+        raise InvalidWorkflowInput(f"Queue name {queue[:40]!r} contains a control character.")
     if len(queue) > QUEUE_MAX_LENGTH:
         raise InvalidWorkflowInput(f"Queue name {queue[:40]!r}... is longer than {QUEUE_MAX_LENGTH} characters.")
 

@@ -114,15 +114,8 @@ def claim_statement(
 def claim_params(worker_id: str, queues: list[str] | None, finished: list[FinishedRun]) -> dict[str, Any]:
     """The claim's parameters but its limit: ``finished``'s completions, the worker, the queues."""
     completions = completion_params([(item.run, item.output) for item in finished])
-    return {**completions, "worker": worker_id, "queues": _queue_array(tuple(queues or ()))}
-
-
-@functools.lru_cache(maxsize=64)
-def _queue_array(queues: tuple[str, ...]) -> str | None:
-    """The queues as an array literal (NULL: every queue), made once per set."""
-    if not queues:
-        return None
-    return "{" + ",".join(json.dumps(queue, ensure_ascii=False) for queue in queues) + "}"
+    # A list, adapted by psycopg as text[]; NULL: every queue.
+    return {**completions, "worker": worker_id, "queues": list(queues) if queues else None}
 
 
 def _leases(rows: Iterable[tuple[Any, ...]]) -> list[Lease]:

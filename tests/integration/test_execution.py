@@ -204,6 +204,13 @@ def test_claim__respects_queues_and_run_after():
     assert [run.id for run in claims.claim("w", ["other"])] == [other.pk]
 
 
+@pytest.mark.parametrize("queue", ['say "hi"', "back\\slash", "{braces}", "NULL", "ümlaut é"])
+def test_claim__serves_a_queue_whose_name_an_array_literal_would_quote(queue):
+    run = start_workflow("echo", "x", queue=queue)
+    assert claims.claim("w", ["default"]) == []
+    assert [claimed.id for claimed in claims.claim("w", ["default", queue])] == [run.pk]
+
+
 def test_claim__sets_running_a_fresh_lease_and_counts_the_attempt():
 
     workflow = start_workflow("echo", 1)

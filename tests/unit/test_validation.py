@@ -70,6 +70,7 @@ def test_to_json_value__rejects_payloads_over_the_limit():
         ("priority", "high", "priority"),
         ("queue", "", "queue name"),
         ("queue", "a,b", "queue name"),
+        ("queue", "a\tb", "control character"),
         ("idempotency_key", "k" * 300, "idempotency_key"),
     ],
 )

@@ -16,7 +16,6 @@ same transaction and round trip.
 
 from __future__ import annotations
 
-import functools
 import json
 import time
 import uuid

@@ -24,6 +24,7 @@ from django.apps import apps
 from django.db import DatabaseError, connections
 
 from .conf import conf
+from .retry import wait_to_reconnect
 
 logger = logging.getLogger(__name__)
 
@@ -206,7 +207,7 @@ class ResultListener:
                     self._set_mode(Mode.STARTING)
                     with contextlib.suppress(DatabaseError):
                         connections[conf.DATABASE].close()
-                    stop.wait(min(30.0, 0.5 * 2 ** min(failures, 6)))
+                    wait_to_reconnect(stop, failures)
         finally:
             connections.close_all()
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import threading
 
 
 def backoff_seconds(attempt: int, base: float, cap: float, rng: random.Random | None = None) -> float:
@@ -21,6 +22,13 @@ def backoff_seconds(attempt: int, base: float, cap: float, rng: random.Random | 
         raise ValueError("attempt is 1-based")
     ceiling = min(cap, base * 2 ** min(attempt - 1, 62))
     return ceiling / 2 + (rng or random).uniform(0, ceiling / 2)
+
+
+def wait_to_reconnect(stop: threading.Event, failures: int, *, base: float = 0.5, cap: float = 30.0) -> bool:
+    """Wait after the ``failures``-th failed try to reach the database, or
+    until ``stop`` is set (then True). Jittered as ``backoff_seconds``: the
+    threads that lost the server together do not come back in lock-step."""
+    return stop.wait(backoff_seconds(failures, base, cap))
 
 
 def should_retry(attempts: int, max_retries: int) -> bool:

@@ -14,13 +14,13 @@ which cron jobs and CI run, gives up after ``give_up_after`` seconds.
 from __future__ import annotations
 
 import logging
-import random
 import threading
 import time
 from collections.abc import Callable
 
 from ..conf import conf
 from ..outages import unavailable
+from ..retry import wait_to_reconnect
 from .services import reset_connection
 
 logger = logging.getLogger(__name__)
@@ -74,8 +74,7 @@ class DatabaseOutage:
         if give_up:
             self._on_give_up()
             return
-        # Threads spread their tries: a server coming back meets no stampede.
-        stopping.wait(min(RETRY_MAX, 0.1 * 2 ** min(failures - 1, 4)) * random.uniform(0.5, 1.0))
+        wait_to_reconnect(stopping, failures, base=0.1, cap=RETRY_MAX)
 
     def over(self) -> None:
         """A database call succeeded: an outage in progress has ended (cheap when none is)."""

@@ -27,6 +27,7 @@ from ..conf import conf
 from ..ctx import timeouts
 from ..outages import is_outage
 from ..registry import async_workflow_types
+from ..retry import wait_to_reconnect
 from . import systemd
 from .dispatch import CLAIM_AHEAD_TIMEOUT, Dispatcher
 from .execution import Outcome, execute
@@ -359,7 +360,7 @@ class Worker:
                     # Never let the thread die: log, drop the connection, retry shortly.
                     logger.exception("worker %s: claiming failed", self.worker_id)
                     reset_connection()
-                    self.stopping.wait(min(30.0, 0.5 * 2 ** min(failures - 1, 6)))
+                    wait_to_reconnect(self.stopping, failures)
                     continue
                 if run is None:
                     if self.burst:

@@ -19,6 +19,7 @@ from .. import recovery, worker_rows
 from ..conf import conf
 from ..ctx import timeouts
 from ..listen import LISTEN, NOTIFY_CHANNEL, notifications_arrive, notify_new_work
+from ..retry import wait_to_reconnect
 from ..schedules import Scheduler, scheduled_workflows
 from . import systemd
 from .dispatch import Dispatcher
@@ -160,4 +161,4 @@ class Services:
                 failures += 1
                 logger.warning("worker %s: LISTEN failed (%s); polling meanwhile", self.worker_id, exc)
                 reset_connection()
-                self._stop.wait(min(30.0, 0.5 * 2 ** min(failures, 6)))
+                wait_to_reconnect(self._stop, failures)

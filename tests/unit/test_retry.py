@@ -1,8 +1,9 @@
 import random
+import threading
 
 import pytest
 
-from orchestration.retry import backoff_seconds, should_retry
+from orchestration.retry import backoff_seconds, should_retry, wait_to_reconnect
 
 
 @pytest.mark.parametrize(
@@ -39,3 +40,36 @@ def test_retry_module_examples_hold():
     from orchestration import retry
 
     assert doctest.testmod(retry).failed == 0
+
+
+class WaitsRecorded(threading.Event):
+    """An event never set, which keeps how long each wait would have been."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.waits: list[float] = []
+
+    def wait(self, timeout: float | None = None) -> bool:
+        assert timeout is not None
+        self.waits.append(timeout)
+        return False
+
+
+def test_wait_to_reconnect__threads_that_failed_together_wait_different_times_within_the_backoff():
+    stop = WaitsRecorded()
+    for _ in range(20):
+        wait_to_reconnect(stop, 3)
+    assert len(set(stop.waits)) == 20
+    assert all(1.0 <= wait <= 2.0 for wait in stop.waits)
+
+
+def test_wait_to_reconnect__is_capped():
+    stop = WaitsRecorded()
+    wait_to_reconnect(stop, 50, base=0.1, cap=1.0)
+    assert 0.5 <= stop.waits[0] <= 1.0
+
+
+def test_wait_to_reconnect__returns_at_once_when_stopped():
+    stop = threading.Event()
+    stop.set()
+    assert wait_to_reconnect(stop, 10) is True

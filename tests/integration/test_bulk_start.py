@@ -91,6 +91,23 @@ def test_start_workflows__names_the_input_over_the_size_limit_or_holding_a_nul(s
 
 
 @pytest.mark.django_db
+def test_start_workflows__names_the_input_holding_a_lone_surrogate():
+    with pytest.raises(InvalidWorkflowInput, match="Input 1 of workflow 'echo' contains a lone surrogate"):
+        start_workflows("echo", ["ok", {"name": "half \ud800 of a pair"}])
+    assert not Workflow.objects.exists()
+
+
+@pytest.mark.django_db
+def test_start_workflows__names_the_input_nested_too_deeply():
+    deep: list = []
+    for _ in range(150):
+        deep = [deep]
+    with pytest.raises(InvalidWorkflowInput, match="Input 0 of workflow 'echo' nests arrays and objects"):
+        start_workflows("echo", [deep, 1])
+    assert not Workflow.objects.exists()
+
+
+@pytest.mark.django_db
 def test_start_workflows__returns_rows_equal_to_the_stored_ones_in_every_field():
     started = start_workflows("echo", [{"n": 1}, [1, 2]], idempotency_keys=["key-1", None])
     for workflow in started:

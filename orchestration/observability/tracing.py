@@ -8,7 +8,7 @@ runs, and each step the attempt runs is a child span of it
 
 Without ``opentelemetry-api``, or with no tracer provider configured (the
 API's default is a no-op), nothing is stored and no span is made: the import
-is tried once, and the provider is looked up once an attempt (a global read).
+is tried once, and the provider is looked up once an attempt.
 """
 
 from __future__ import annotations
@@ -38,17 +38,8 @@ def _otel() -> Any:
         except ImportError:
             _api = None
         else:
-            trace.get_tracer_provider()  # sets the provider named by OTEL_PYTHON_TRACER_PROVIDER, if any
             _api = (trace, propagate)
     return _api
-
-
-def _provider(trace: Any) -> Any:
-    """The tracer provider set, or None. The API keeps it in a global it sets
-    once; reading that costs nothing, where ``get_tracer_provider()`` reads the
-    environment on every call (microseconds, on each attempt and step)."""
-    provider = getattr(trace, "_TRACER_PROVIDER", _NOT_TRIED)
-    return trace.get_tracer_provider() if provider is _NOT_TRIED else provider
 
 
 def tracer() -> Any:
@@ -59,9 +50,7 @@ def tracer() -> Any:
     if api is None:
         return None
     trace = api[0]
-    provider = _provider(trace)
-    if provider is None:
-        return None
+    provider = trace.get_tracer_provider()
     if provider is not _cached[0]:  # set (or replaced, in tests) since the last look
         off = isinstance(provider, trace.ProxyTracerProvider | trace.NoOpTracerProvider)
         _cached = (provider, None if off else provider.get_tracer(SCOPE))

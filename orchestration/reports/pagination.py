@@ -14,7 +14,6 @@ import json
 from typing import Any
 
 from django.core.paginator import Paginator
-from django.db import connections
 from django.db.models import QuerySet
 from django.utils.functional import cached_property
 
@@ -40,11 +39,7 @@ class EstimatedCountPaginator(Paginator):
 
 def planner_estimate(queryset: QuerySet[Any]) -> int:
     """The number of rows PostgreSQL's planner expects ``queryset`` to return."""
-    query = queryset.order_by().values("pk").query
-    sql, params = query.get_compiler(using=queryset.db).as_sql()
-    with connections[queryset.db].cursor() as cursor:
-        cursor.execute(f"EXPLAIN (FORMAT JSON) {sql}", params)
-        plan = cursor.fetchone()[0]
-    if isinstance(plan, str | bytes):
-        plan = json.loads(plan)
-    return int(plan[0]["Plan"]["Plan Rows"])
+    plan = json.loads(queryset.order_by().values("pk").explain(format="json"))
+    if isinstance(plan, list):  # the statement's plans, as PostgreSQL gives them; Django gives the one
+        plan = plan[0]
+    return int(plan["Plan"]["Plan Rows"])

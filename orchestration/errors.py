@@ -145,3 +145,8 @@ PERMANENT_ERRORS: tuple[type[BaseException], ...] = (
     NonDeterministicWorkflow,
     InvalidWorkflowInput,
 )
+
+
+def class_path(cls: type) -> str:
+    """The dotted path of ``cls`` (``module.QualName``), as a failed run keeps it."""
+    return f"{cls.__module__}.{cls.__qualname__}"

@@ -81,6 +81,10 @@ class Workflow(models.Model):
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
     error_traceback = models.TextField(null=True, blank=True)
+    # The class (``module.QualName``) of the exception that failed the last
+    # attempt, beside its traceback; NULL when the engine recorded the error
+    # itself (a lost worker, a deadline, a cancellation).
+    error_class = models.TextField(null=True, blank=True)
     # What a pending workflow waits for (a timer, an event, its children), for
     # operators; the wake-up time is ``run_after``.
     waiting_for = models.CharField(max_length=200, null=True, blank=True)

@@ -14,10 +14,8 @@ ImportError and the rest of the package works without it.
 
 from __future__ import annotations
 
-import builtins
 import datetime
 import inspect
-import re
 import traceback
 import uuid
 from typing import TYPE_CHECKING, Any
@@ -53,6 +51,7 @@ from .errors import (
     OrchestrationError,
     UnknownWorkflowType,
     WorkflowCancelled,
+    class_path,
 )
 from .registry import add_queue_source, reserve, starting_reserved
 from .validation import STEP_NAME_MAX_LENGTH, NotJSONSerializable, to_json_value, validate_queue
@@ -298,37 +297,14 @@ def _load_task(data: dict[str, Any], row: Workflow) -> Task[Any, Any]:
 def _errors(row: Workflow) -> list[TaskError]:
     """The latest attempt's error: the row keeps only that one."""
     if row.status == "cancelled":
-        return [TaskError(exception_class_path=_path(WorkflowCancelled), traceback=row.error_message or "")]
+        return [TaskError(exception_class_path=class_path(WorkflowCancelled), traceback=row.error_message or "")]
     if not row.error_message:
         return []
-    path = _exception_class_path(row.error_traceback or "")
-    name = "" if path is None else path.rsplit(".", 1)[-1]
-    # A worker that died leaves its message beside an older attempt's traceback.
-    if path is None or not (f"{name}:" in row.error_message or row.error_message.endswith(name)):
-        return [TaskError(exception_class_path=_path(OrchestrationError), traceback=row.error_message)]
-    return [TaskError(exception_class_path=path, traceback=row.error_traceback or "")]
-
-
-_EXCEPTION_LINE = re.compile(r"([A-Za-z_][\w.]*)(?::|$)")
-
-
-def _exception_class_path(text: str) -> str | None:
-    """The raised exception's class from ``traceback.format_exception`` text:
-    the first unindented line after the last ``Traceback`` header."""
-    lines = text.splitlines()
-    headers = [n for n, line in enumerate(lines) if line.startswith("Traceback (most recent call last):")]
-    for line in lines[headers[-1] + 1 if headers else 0 :]:
-        if line and not line[0].isspace():
-            match = _EXCEPTION_LINE.match(line)
-            if match is None:
-                return None
-            name = match.group(1)
-            return name if "." in name or not hasattr(builtins, name) else f"builtins.{name}"
-    return None
-
-
-def _path(cls: type) -> str:
-    return f"{cls.__module__}.{cls.__qualname__}"
+    # No class: an error the engine recorded (a worker that died leaves its
+    # message beside an older attempt's traceback), or one from before the column.
+    if row.error_class is None:
+        return [TaskError(exception_class_path=class_path(OrchestrationError), traceback=row.error_message)]
+    return [TaskError(exception_class_path=row.error_class, traceback=row.error_traceback or "")]
 
 
 def configured_backends() -> list[dict[str, Any]]:
@@ -393,7 +369,9 @@ def _call_task(result_id: str) -> Any:
             _finish(result, TaskResultStatus.FAILED)
             # This attempt's error replaces the previous one, as it will on the row.
             result.errors[:] = [
-                TaskError(exception_class_path=_path(type(exc)), traceback="".join(traceback.format_exception(exc)))
+                TaskError(
+                    exception_class_path=class_path(type(exc)), traceback="".join(traceback.format_exception(exc))
+                )
             ]
             task_finished.send(sender, task_result=result)
         raise

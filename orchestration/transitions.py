@@ -105,6 +105,7 @@ FRESH_RUN: dict[str, Any] = {
     "attempts": 0,
     "error_message": None,
     "error_traceback": None,
+    "error_class": None,
     "run_after": None,
     "finished_at": None,
     "worker_deaths": 0,
@@ -157,6 +158,7 @@ def _move(rows: QuerySet[Workflow], name: str, **changes: Any) -> int:
     values = {"status": move.target, "updated_at": Now(), **ENTERING.get(move.target, {}), **changes}
     if isinstance(changes.get("error_message"), str):  # every move that records an error keeps it
         values["error_history"] = _recorded_error(changes["error_message"], move.target)
+        values.setdefault("error_class", None)  # an error of the engine's: no exception of the run's
     if move.target not in FINISHED_STATUSES:
         return moving.update(**values)
     with transaction.atomic(using=rows.db, savepoint=False):
@@ -172,13 +174,17 @@ def _move(rows: QuerySet[Workflow], name: str, **changes: Any) -> int:
 # -- the worker's moves (``rows``: the run's row, fenced by its lease) -------------
 
 
-def retry_later(rows: QuerySet[Workflow], delay: float, message: str, traceback: str | None) -> int:
+def retry_later(
+    rows: QuerySet[Workflow], delay: float, message: str, traceback: str | None, error_class: str | None = None
+) -> int:
     after = Now() + datetime.timedelta(seconds=delay)
-    return _move(rows, "retry_later", run_after=after, error_message=message, error_traceback=traceback)
+    return _move(
+        rows, "retry_later", run_after=after, error_message=message, error_traceback=traceback, error_class=error_class
+    )
 
 
-def fail(rows: QuerySet[Workflow], message: str, traceback: str | None) -> int:
-    return _move(rows, "fail", error_message=message, error_traceback=traceback)
+def fail(rows: QuerySet[Workflow], message: str, traceback: str | None, error_class: str | None = None) -> int:
+    return _move(rows, "fail", error_message=message, error_traceback=traceback, error_class=error_class)
 
 
 def release(rows: QuerySet[Workflow]) -> int:

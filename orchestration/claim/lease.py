@@ -270,16 +270,19 @@ class Lease:
                 waits.wake_parents({self.id: self.parent_id})
 
     @_through_outages
-    def fail(self, message: str, traceback: str | None, *, retryable: bool) -> float | None:
+    def fail(
+        self, message: str, traceback: str | None, *, retryable: bool, error_class: str | None = None
+    ) -> float | None:
         """Fail this attempt: back to pending after a backoff while attempts remain
-        (returns the delay in seconds), else failed for good (returns None)."""
+        (returns the delay in seconds), else failed for good (returns None).
+        ``error_class``: the path of the exception's class, kept beside its traceback."""
         message = storable_text(message, ERROR_MESSAGE_MAX_LENGTH)
         traceback = storable_text(traceback, TRACEBACK_MAX_LENGTH, keep_end=True) if traceback else traceback
         if retryable and should_retry(self.attempts, self.max_retries):
             delay = backoff_seconds(self.attempts, conf.RETRY_BACKOFF, conf.RETRY_BACKOFF_MAX)
-            self._fence(lambda rows: transitions.retry_later(rows, delay, message, traceback))
+            self._fence(lambda rows: transitions.retry_later(rows, delay, message, traceback, error_class))
             return delay
-        self._fence(lambda rows: transitions.fail(rows, message, traceback))
+        self._fence(lambda rows: transitions.fail(rows, message, traceback, error_class))
         return None
 
     @_through_outages

@@ -29,6 +29,7 @@ from ..errors import (
     NotRegisteredHere,
     ReleaseRequested,
     Suspend,
+    class_path,
 )
 from ..observability import observe
 from ..registry import WorkflowDefinition, find_workflow, registered_workflows
@@ -211,10 +212,10 @@ def record_failure(run: Lease, ctx: WorkflowContext | None, exc: BaseException, 
     retryable = not isinstance(exc, PERMANENT_ERRORS)
     try:
         try:
-            delay = run.fail(message, details, retryable=retryable)
+            delay = run.fail(message, details, retryable=retryable, error_class=class_path(type(exc)))
         except CheckpointRefused as refused:  # the step before it could not be stored: that fails the run
             message = str(refused)
-            delay = run.fail(message, details, retryable=False)
+            delay = run.fail(message, details, retryable=False, error_class=class_path(CheckpointRefused))
     except LeaseLost as lost:
         logger.warning("workflow %s (%s) stopped: %s", run.id, run.workflow_type, lost)
         return Outcome.ABANDONED

@@ -108,6 +108,23 @@ def test_pending_retry__is_ready_with_the_last_attempts_error():
     assert "ConnectionError: flaky failure on attempt 1" in waiting.errors[0].traceback
 
 
+def test_pending_retry__after_its_worker_died__reports_the_engines_error_not_the_older_attempts_class():
+    from orchestration import transitions
+    from orchestration.worker import execute
+
+    result = tasks.flaky.enqueue(3)
+    assert execute(claims.claim("w1", None)[0]) == "retrying"
+    assert row_of(result).error_class == "builtins.ConnectionError"
+    rows = Workflow.objects.filter(pk=result.id)
+    rows.update(status="running")  # claimed again, by a worker that then died
+    assert transitions.requeue_stuck(rows, "its worker stopped answering") == 1
+    [error] = default_task_backend.get_result(result.id).errors
+    assert (error.exception_class_path, error.traceback) == (
+        "orchestration.errors.OrchestrationError",
+        "its worker stopped answering",
+    )
+
+
 def test_backend_options__max_retries_0_fails_at_the_first_error():
     result = tasks.decline.using(backend="no_retries").enqueue("no")
     assert row_of(result).max_retries == 0

@@ -445,7 +445,8 @@ class WorkflowContext:
 
     def _completed(self, number: int, name: str, output: Any, started: float | None) -> None:
         self._recorded[number] = RecordedStep(number, name, StepStatus.COMPLETED, output)
-        logger.info(
+        # DEBUG: a line a step is most of a short workflow's logging, and the step's row says the same.
+        logger.debug(
             'workflow %s (%s) step %d "%s" completed in %.3fs',
             self._run.id_text,
             self._run.workflow_type,

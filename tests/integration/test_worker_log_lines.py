@@ -26,12 +26,12 @@ def test_failed_run__its_error_line_passes_through_logger_call_handlers(tmp_path
     assert f"workflow {run.pk} (permanent_failure) failed" in result.stderr  # the console handler's line
 
 
-def test_completed_step__its_info_line_is_handled_in_the_thread_that_ran_it(tmp_path):
-    start_workflow("echo", "hello")
+def test_completed_run__its_info_line_is_handled_in_the_worker_thread_that_ran_it(tmp_path):
+    run = start_workflow("echo", "hello")
     seen = tmp_path / "records"
     env = worker_env(DJANGO_SETTINGS_MODULE="tests.hooked_logging_settings", HOOKED_RECORDS=str(seen))
     result = run_burst("--concurrency", "1", env=env)
     assert result.returncode == 0, result.stdout + result.stderr
-    step = [line for line in seen.read_text().splitlines() if 'step 1 "echo" completed' in line]
-    assert len(step) == 1, seen.read_text()
-    assert step[0].startswith("INFO orchestration.ctx.context orchestration-worker-1: ")
+    completed = [line for line in seen.read_text().splitlines() if f"workflow {run.pk} (echo) completed" in line]
+    assert len(completed) == 1, seen.read_text()
+    assert completed[0].startswith("INFO orchestration.worker.execution orchestration-worker-1: ")

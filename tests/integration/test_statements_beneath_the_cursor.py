@@ -1,5 +1,5 @@
-"""``wire.run`` outside a transaction sends the hot statements on the server
-connection itself (``orchestration.claim.wire``): the same rows, types, errors and
+"""``wire.run`` sends the hot statements on a raw cursor of the server
+connection (``orchestration.claim.wire``): the same rows, types, errors and
 transactions as psycopg's cursor gives them."""
 
 from __future__ import annotations
@@ -30,10 +30,16 @@ PARAMS = {
 }
 
 
-def _prepared_here() -> int:
+def _prepared_here(text: str) -> int:
+    """How many statements of ``text`` this session has prepared."""
     with connection.cursor() as cursor:
-        cursor.execute("SELECT count(*) FROM pg_prepared_statements WHERE name LIKE 'orchestration\\_%%'")
+        cursor.execute("SELECT count(*) FROM pg_prepared_statements WHERE statement = %s", [text])
         return int(cursor.fetchone()[0])
+
+
+def test_positional__refuses_a_placeholder_a_raw_cursor_cannot_bind():
+    with pytest.raises(ValueError, match="%b"):
+        wire.positional("SELECT %b")
 
 
 def test_run__returns_the_rows_and_types_the_cursor_returns():
@@ -54,7 +60,7 @@ def test_run__with_a_preparing_connection__prepares_its_statement_once():
         pytest.skip("this connection prepares nothing (prepare_threshold None)")
     for n in range(3):
         assert wire.run(connection.alias, "SELECT %(n)s::integer + 1", {"n": n}) == [(n + 1,)]
-    assert _prepared_here() == 1
+    assert _prepared_here("SELECT $1::integer + 1") == 1
 
 
 def test_run__after_its_prepared_statements_were_deallocated__prepares_them_again():
@@ -69,7 +75,7 @@ def test_run__without_prepare_threshold__leaves_no_statement_prepared():
     connection.connection.prepare_threshold = None
     try:
         assert wire.run(connection.alias, "SELECT %(n)s::integer", {"n": 3}) == [(3,)]
-        assert _prepared_here() == 0
+        assert _prepared_here("SELECT $1::integer") == 0
     finally:
         connection.close()  # the next test's connection prepares as configured
 

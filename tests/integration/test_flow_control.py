@@ -23,6 +23,7 @@ from django.db.models import F
 from django.test import override_settings
 from django.urls import reverse
 from django.utils import timezone
+from psycopg import sql
 
 from orchestration import (
     InvalidQueueLimit,
@@ -451,8 +452,11 @@ def generic_plan(statement: str, params: dict[str, Any]) -> str:
     text = re.sub(r"%\((\w+)\)s", lambda match: f"${names.index(match.group(1)) + 1}", statement)
 
     def literal(value: Any) -> str:
+        if isinstance(value, list):  # an array, as psycopg writes it
+            return sql.Literal(value).as_string(connection.connection)
         return "NULL" if value is None else "'" + str(value).replace("'", "''") + "'"
 
+    connection.ensure_connection()
     with connection.cursor() as cursor:
         cursor.execute(statements.INDEX_PLANS_ONLY_NO_JIT)
         cursor.execute("PREPARE flow_claim AS " + text)

@@ -1,51 +1,12 @@
-"""Pure parts of the Tasks backend: the exception class read from a traceback,
-and the backend's own system checks."""
+"""Pure parts of the Tasks backend: its own system checks."""
 
 from __future__ import annotations
-
-import traceback
 
 import pytest
 
 pytest.importorskip("django.tasks")
 
-from orchestration.tasks import WorkflowBackend, _exception_class_path
-from tests.testapp.tasks import Declined
-
-
-def formatted(exc: BaseException) -> str:
-    try:
-        raise exc
-    except BaseException as raised:
-        return "".join(traceback.format_exception(raised))
-
-
-def chained() -> str:
-    try:
-        try:
-            raise KeyError("inner")
-        except KeyError as inner:
-            raise Declined("outer\nsecond line") from inner
-    except Declined as outer:
-        outer.add_note("a note")
-        return "".join(traceback.format_exception(outer))
-
-
-@pytest.mark.parametrize(
-    ("text", "expected"),
-    [
-        (formatted(ValueError("boom")), "builtins.ValueError"),
-        (formatted(ValueError()), "builtins.ValueError"),
-        (formatted(Declined("no")), "tests.testapp.tasks.Declined"),
-        (chained(), "tests.testapp.tasks.Declined"),
-        ("ConnectionError: no traceback header", "builtins.ConnectionError"),
-        ("", None),
-        ("Traceback (most recent call last):\n  File 'x', line 1\n", None),
-        ("!!! not a traceback", None),
-    ],
-)
-def test_exception_class_path__is_read_from_the_last_traceback(text, expected):
-    assert _exception_class_path(text) == expected
+from orchestration.tasks import WorkflowBackend
 
 
 @pytest.mark.parametrize(

@@ -282,7 +282,8 @@ def test_claim_generic_plan__reads_the_steps_of_the_claimed_runs_only__with_many
     params = {**claims.claim_params("w", None, []), "limit": 400}
     psycopg.Cursor(pg).execute(CLAIM_WITH_ITS_LIMIT_BOUND, params, prepare=True)
     name, types = pg.execute(
-        "SELECT name, parameter_types FROM pg_prepared_statements WHERE cardinality(parameter_types) > 0"
+        "SELECT name, parameter_types FROM pg_prepared_statements WHERE cardinality(parameter_types) > 0 "
+        "ORDER BY prepare_time DESC LIMIT 1"  # the claim's, not start_workflows' INSERT before it
     ).fetchone()
     arguments = {"uuid[]": "'{}'", "jsonb": "'[]'", "integer[]": "'{}'", "double precision[]": "'{}'", "text[]": "NULL",
                  "smallint": "400", "integer": "400"}  # fmt: skip

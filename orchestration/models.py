@@ -152,6 +152,22 @@ class Workflow(models.Model):
                 name="idx_workflows_claim",
                 condition=Q(status="pending"),
             ),
+            # The claim's: the due runs only (``run_after`` NULL), so that the runs
+            # that wait, however many, are never read by a claim (``claim.statements.MAKE_DUE``).
+            # idx_workflows_claim, which also holds them, goes in a later release.
+            models.Index(
+                models.F("priority").desc(),
+                "created_at",
+                name="idx_workflows_due",
+                condition=Q(status="pending", run_after__isnull=True),
+            ),
+            # The runs that wait, by the moment they stop: ``MAKE_DUE`` makes those
+            # passed due, the reports count them by kind.
+            models.Index(
+                fields=["run_after"],
+                name="idx_workflows_waiting",
+                condition=Q(status="pending", run_after__isnull=False),
+            ),
             # The stuck-workflow sweep reads only running rows.
             models.Index(fields=["updated_at"], name="idx_workflows_running", condition=Q(status="running")),
             models.Index(fields=["workflow_type", "created_at"], name="idx_workflows_type_created"),

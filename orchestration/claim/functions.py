@@ -87,11 +87,15 @@ def _in_function(statement: str) -> str:
     return re.sub(r"%\((\w+)\)s", r"p_\1", statement.replace("{limit}", "p_limit")).rstrip()
 
 
+#: The first statement of every claim's function: ``statements.MAKE_DUE``, unless it claims none.
+MAKE_DUE = f"    IF p_limit > 0 THEN{statements.MAKE_DUE.rstrip()};\n    END IF;\n"
+
+
 #: ``orchestration_complete_and_claim``'s body: ``statements.COMPLETE_AND_CLAIM`` with
 #: its parameters as the function's (``p_``) and its limit bound. The columns it
 #: returns share their names with the function's: ``use_column`` makes them the tables'.
 CLAIM_BODY = (
-    f"\n#variable_conflict use_column\nBEGIN\n    RETURN QUERY{_in_function(statements.COMPLETE_AND_CLAIM)};\nEND\n"
+    f"\n#variable_conflict use_column\nBEGIN\n{MAKE_DUE}    RETURN QUERY{_in_function(statements.COMPLETE_AND_CLAIM)};\nEND\n"
 )
 
 
@@ -109,7 +113,7 @@ def _locked_claim_body(statement: str) -> str:
     ``statement_timestamp()`` is the call's, from before any wait for the
     lock; the rate limits' clock is ``clock_timestamp()``, read after it."""
     return (
-        f"\n#variable_conflict use_column\nBEGIN\n    PERFORM{_lock_query(statements.LOCK_QUEUES)};\n"
+        f"\n#variable_conflict use_column\nBEGIN\n{MAKE_DUE}    PERFORM{_lock_query(statements.LOCK_QUEUES)};\n"
         f"    RETURN QUERY{_in_function(statement)};\nEND\n"
     )
 
@@ -150,7 +154,7 @@ DECLARE
     v_free bigint;
     p_lane_queue text;
 BEGIN
-    IF p_limit <= {statements.LANE_CLAIM} AND p_limited_room >= p_limit THEN
+{MAKE_DUE}    IF p_limit <= {statements.LANE_CLAIM} AND p_limited_room >= p_limit THEN
         p_lane_queue := ({lane(statements.TAKE_LANE)});
         IF p_lane_queue IS NOT NULL THEN
             v_free := ({_in_function(statements.FREE_IN_LANE).strip()});

@@ -49,6 +49,28 @@ COMPLETIONS = """done AS (
 """
 
 
+#: The runs whose ``run_after`` has passed that one claim makes due, at most.
+DUE_BATCH = 256
+#: Before a claim, in its function (``functions``): up to ``DUE_BATCH`` pending
+#: runs whose ``run_after`` has passed (a timer's end, a delayed start, a
+#: backoff), the earliest first, made due: ``run_after`` NULL. The claim reads
+#: due runs only (``run_after IS NULL``), from indexes that hold nothing else
+#: (``idx_workflows_due``, ``idx_workflows_queue_due``, ``idx_workflows_key_due``),
+#: so the runs that wait, however many, are never read by a claim; this finds
+#: those that stopped waiting by ``idx_workflows_waiting``, in one probe when
+#: none has. Its own statement: the claim after it, in a snapshot of its own,
+#: takes the runs it made due. Rows another transaction holds are left to the next claim.
+MAKE_DUE = f"""
+UPDATE workflows SET run_after = NULL
+WHERE id = ANY(ARRAY(
+    SELECT id FROM workflows
+    WHERE status = 'pending' AND run_after <= statement_timestamp()
+    ORDER BY run_after
+    LIMIT {DUE_BATCH}
+    FOR NO KEY UPDATE SKIP LOCKED
+))
+"""
+
 #: CTE ``taken``, which marks CTE ``claimed``'s runs running (first started at
 #: ``{first_started}``) and returns them (with ``{also_returning}``), and CTE
 #: ``placeholder``, which records a fresh run's step 1; without the closing
@@ -86,7 +108,7 @@ _TAKEN = """taken AS (
 #: recorded; a fresh run's step 1 is recorded running here, before any of its
 #: code runs, and named with its checkpoint (``lease.Lease.placeholder``).
 #:
-#: Planner: ``'pending'`` is written, not bound, so the generic plan can use ``idx_workflows_claim``.
+#: Planner: ``'pending'`` is written, not bound, so the generic plan can use ``idx_workflows_due``.
 #: Planner: a bound limit is planned as a tenth of the table; under ``INDEX_PLANS_ONLY`` that changes no scan.
 #: Planner: "no step row" is a scalar subquery, not NOT EXISTS, which a large claim hashes over every step.
 #: Locks: the completions come in id order, so two batches lock their rows in one order.
@@ -96,7 +118,7 @@ WITH """
     + COMPLETIONS
     + """), claimed AS MATERIALIZED (
     SELECT id, started_at FROM workflows
-    WHERE status = 'pending' AND (run_after IS NULL OR run_after <= statement_timestamp())
+    WHERE status = 'pending' AND run_after IS NULL
       AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
     ORDER BY priority DESC, created_at
     LIMIT {limit}
@@ -151,14 +173,24 @@ FROM workflow_queues, generate_series(0, {QUEUE_LANES}) AS lane
 WHERE {_LIMITED_QUEUES}
 """
 
-#: CTE ``pending_queue`` of the limit-aware claims: with ``%(queues)s`` NULL (every
-#: queue), the queues with pending runs, one index probe each (and a last NULL).
-PENDING_QUEUES = """pending_queue (name) AS (
-    SELECT min(queue) FROM workflows WHERE status = 'pending' AND %(queues)s::text[] IS NULL
+
+
+def _pending_queues(due: str) -> str:
+    return f"""pending_queue (name) AS (
+    SELECT min(queue) FROM workflows WHERE status = 'pending'{due} AND %(queues)s::text[] IS NULL
     UNION ALL
-    SELECT (SELECT min(w.queue) FROM workflows AS w WHERE w.status = 'pending' AND w.queue > p.name)
+    SELECT (SELECT min(w.queue) FROM workflows AS w WHERE w.status = 'pending'{due.replace(" run", " w.run")}
+                                                        AND w.queue > p.name)
     FROM pending_queue AS p WHERE p.name IS NOT NULL
 """
+
+
+#: CTE ``pending_queue``: with ``%(queues)s`` NULL (every queue), the queues
+#: with pending runs, one index probe each (and a last NULL).
+PENDING_QUEUES = _pending_queues("")
+#: ``PENDING_QUEUES`` of the limit-aware claims: the queues with due runs, each
+#: a probe of ``idx_workflows_queue_due``, which holds no run that waits.
+DUE_QUEUES = _pending_queues(" AND run_after IS NULL")
 
 #: The end of the limit-aware claims (``COMPLETE_AND_CLAIM_LIMITED``,
 #: ``COMPLETE_AND_CLAIM_COUNTED``): CTE ``taken`` marks CTE
@@ -187,7 +219,7 @@ ORDER BY t.priority DESC, t.created_at
 #: clock read after the lock (``LOCK_QUEUES``); the log keeps one period.
 #:
 #: Planner: every lookup is an index probe: queues and keys by ``min()`` over
-#: ``idx_workflows_queue_claim`` / ``idx_workflows_key_claim``, runs ordered by
+#: ``idx_workflows_queue_due`` / ``idx_workflows_key_due``, runs ordered by
 #: ``-priority::bigint`` so that only those indexes give the order (docs/performance.md).
 #: Planner: runs completed here are counted from ``done``'s columns (joined back: every run of the queue read).
 COMPLETE_AND_CLAIM_LIMITED = (
@@ -195,7 +227,7 @@ COMPLETE_AND_CLAIM_LIMITED = (
 WITH RECURSIVE """
     + COMPLETIONS
     + "), "
-    + PENDING_QUEUES
+    + DUE_QUEUES
     + """), clock AS MATERIALIZED (
     SELECT clock_timestamp() AS now
 ), rules AS MATERIALIZED (
@@ -227,7 +259,7 @@ WITH RECURSIVE """
                 FROM workflows AS w
                 WHERE (kind.keyless OR NOT r.by_key) AND w.status = 'pending' AND w.queue = r.name
                   AND (w.concurrency_key IS NULL) = kind.keyless
-                  AND (w.run_after IS NULL OR w.run_after <= statement_timestamp())
+                  AND w.run_after IS NULL
                 ORDER BY -w.priority::bigint, w.created_at LIMIT r.room
                 FOR NO KEY UPDATE SKIP LOCKED
             ) AS w
@@ -238,12 +270,14 @@ WITH RECURSIVE """
                     UNION ALL
                     SELECT next.key, next.lap FROM turn, LATERAL (
                         SELECT (SELECT min(w.concurrency_key) FROM workflows AS w
-                                WHERE w.status = 'pending' AND w.queue = r.name AND w.concurrency_key IS NOT NULL
+                                WHERE w.status = 'pending' AND w.run_after IS NULL AND w.queue = r.name
+                                  AND w.concurrency_key IS NOT NULL
                                   AND w.concurrency_key > turn.key) AS key
                     ) AS after, LATERAL (  -- past the last key, once: from the first, up to the cursor
                         SELECT COALESCE(after.key, CASE WHEN turn.lap < 1 THEN (
                             SELECT min(w.concurrency_key) FROM workflows AS w
-                            WHERE w.status = 'pending' AND w.queue = r.name AND w.concurrency_key IS NOT NULL
+                            WHERE w.status = 'pending' AND w.run_after IS NULL AND w.queue = r.name
+                              AND w.concurrency_key IS NOT NULL
                         ) END) AS key,
                             GREATEST(turn.lap, 0) + (after.key IS NULL)::integer AS lap
                     ) AS next
@@ -264,7 +298,7 @@ WITH RECURSIVE """
                     SELECT w.id, w.started_at, w.queue, w.concurrency_key, w.priority, w.created_at, turn.lap
                     FROM workflows AS w
                     WHERE w.status = 'pending' AND w.queue = r.name AND w.concurrency_key = turn.key
-                      AND (w.run_after IS NULL OR w.run_after <= statement_timestamp())
+                      AND w.run_after IS NULL
                     ORDER BY -w.priority::bigint, w.created_at LIMIT k.room
                     FOR NO KEY UPDATE SKIP LOCKED
                 ) AS h
@@ -324,7 +358,7 @@ def _counted(room_cap: str) -> str:
 WITH RECURSIVE """
         + COMPLETIONS
         + "), "
-        + PENDING_QUEUES
+        + DUE_QUEUES
         + """), clock AS MATERIALIZED (
     SELECT statement_timestamp() AS now
 ), room AS MATERIALIZED (
@@ -343,7 +377,7 @@ WITH RECURSIVE """
             SELECT w.id, w.started_at, w.priority, w.created_at
             FROM workflows AS w
             WHERE w.status = 'pending' AND w.queue = r.name AND (w.concurrency_key IS NULL) = kind.keyless
-              AND (w.run_after IS NULL OR w.run_after <= statement_timestamp())
+              AND w.run_after IS NULL
             ORDER BY -w.priority::bigint, w.created_at LIMIT r.room
             FOR NO KEY UPDATE SKIP LOCKED
         ) AS w
@@ -364,7 +398,7 @@ WITH RECURSIVE """
 #: or a rate limit: per served queue, its ``room`` (0 when paused; else the
 #: least of ``{limit}``, ``%(limited_room)s`` and ``concurrency`` less its running
 #: runs, those completed here given back), then its runs in claim order up to it, those
-#: without a key and those with one each from ``idx_workflows_queue_claim``.
+#: without a key and those with one each from ``idx_workflows_queue_due``.
 COMPLETE_AND_CLAIM_COUNTED = _counted("")
 #: ``COMPLETE_AND_CLAIM_COUNTED`` without the lock: each limited queue's room is
 #: also at most the runs of it completed here. Its count of running runs, which

@@ -58,5 +58,5 @@ def test_benchmark__prints_every_figure_as_a_table_and_json_lines_and_drops_its_
     for drain in drains:
         for side in ("worker processes", "PostgreSQL backends"):
             assert figures[f"  CPU a workflow ({drain}), {side}"]["value"] >= 0, (drain, side)
-    assert "measurement" in result.stdout and "Index Scan using idx_workflows_claim" in result.stdout
+    assert "measurement" in result.stdout and "Index Scan using idx_workflows_due" in result.stdout
     assert not scratch_databases() - before, "its scratch databases are dropped"

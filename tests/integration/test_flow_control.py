@@ -501,7 +501,7 @@ def test_claim_plan__a_saturated_key_with_100000_pending__is_never_read():
     )
     set_queue_limits("fc_keys", key_concurrency=1)
     plan = generic_plan(*claims.claim_statement("w", ["fc_keys"], [], 4, limited=True))
-    assert "idx_workflows_key_claim" in plan and "Seq Scan" not in plan and "Bitmap" not in plan, plan
+    assert "idx_workflows_key_due" in plan and "Seq Scan" not in plan and "Bitmap" not in plan, plan
     assert re.search(r"Update on workflows w_\d+ \(actual time=[\d.]+ rows=2 ", plan), plan  # the two cold keys
     # Reading the hot key's backlog would take thousands (a previous test's rolled-back rows may lie between queues).
     # What "taken" reads is its join; its update's own writes (an entry in each index, two rows) are not a read.
@@ -527,7 +527,7 @@ def test_claim_plan__a_paused_queue_with_a_backlog__slows_no_other_queue():
     free = paused_backlog()
     plan = generic_plan(*claims.claim_statement("w", None, [], 4, limited=True))
     assert re.search(r"Update on workflows w_\d+ \(actual time=[\d.]+ rows=3 ", plan), plan
-    # Each queue's runs are read from its own part of idx_workflows_queue_claim: the paused one's not at all.
+    # Each queue's runs are read from its own part of idx_workflows_queue_due: the paused one's not at all.
     runs_read = plan.split("CTE candidate", 1)[1].split("CTE claimed", 1)[0]
     assert buffers(runs_read, "Append") < 50 and "rows=20000" not in plan, plan
     assert running("fc_free") == len(free)
@@ -537,7 +537,7 @@ def test_claim_plan__counted__a_paused_queue_with_a_backlog__slows_no_other_queu
     free = paused_backlog()
     plan = generic_plan(*claims.claim_statement("w", None, [], 4, limited=True, keys_or_rates=False))
     assert re.search(r"Update on workflows w_\d+ \(actual time=[\d.]+ rows=3 ", plan), plan
-    # Each queue's runs are read from its own part of idx_workflows_queue_claim (room's reads are claimed's too).
+    # Each queue's runs are read from its own part of idx_workflows_queue_due (room's reads are claimed's too).
     assert buffers(plan, "CTE claimed") - buffers(plan, "CTE room") < 50 and "rows=20000" not in plan, plan
     assert running("fc_free") == len(free)
 

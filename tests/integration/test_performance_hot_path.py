@@ -228,7 +228,7 @@ def test_claim_plan__is_an_index_scan_that_stops_early__with_a_deep_backlog_and_
         cursor.execute(statements.INDEX_PLANS_ONLY)  # as the claim's function sets them, for this transaction
         cursor.execute("EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) " + statement, params)
         plan = "\n".join(row[0] for row in cursor.fetchall())
-    assert "Index Scan using idx_workflows_claim" in plan, plan
+    assert "Index Scan using idx_workflows_due" in plan, plan
     assert "Sort" not in plan and "Bitmap" not in plan, plan
 
 
@@ -256,13 +256,13 @@ def test_hot_path_plans__with_index_plans_only__stay_index_lookups_with_stale_st
     with connection.cursor() as cursor:
         cursor.execute(statements.INDEX_PLANS_ONLY)  # as the functions' SET clauses do
     claim_plan = _plan(*claims.claim_statement("w", None, [], 4))
-    assert "Index Scan using idx_workflows_claim" in claim_plan, claim_plan
+    assert "Index Scan using idx_workflows_due" in claim_plan, claim_plan
     finished = [claims.FinishedRun(run, "null", 0.0) for run in runs[:4]]
     for item in finished:
         item.run.defer_checkpoint(1, "only", json.dumps(None))
     complete_plan = _plan(*claims.claim_statement("w", None, finished, 0))
     together_plan = _plan(*claims.claim_statement("w", None, finished, 4))
-    assert "Index Scan using idx_workflows_claim" in together_plan, together_plan
+    assert "Index Scan using idx_workflows_due" in together_plan, together_plan
     for plan in (claim_plan, complete_plan, together_plan):
         assert not any(shape in plan for shape in ("Sort", "Bitmap", "Seq Scan", "idx_workflows_running")), plan
 
@@ -305,7 +305,7 @@ def test_claim_generic_plan__with_stale_statistics__reads_each_table_by_an_index
     plan = _plan(CLAIM_WITH_ITS_LIMIT_BOUND, {**claims.claim_params("w", None, finished), "limit": 4})
     scans = plan.split("->")
     unbounded = [scan for scan in scans if " Scan using " in scan and "Index Cond" not in scan.split("->")[0]]
-    assert not [scan for scan in unbounded if "idx_workflows_claim" not in scan], plan  # the claim's own is ordered
+    assert not [scan for scan in unbounded if "idx_workflows_due" not in scan], plan  # the claim's own is ordered
 
 
 def without_setting(name: str) -> str:

@@ -28,7 +28,7 @@ import psycopg
 from orchestration import start_workflow, start_workflows
 from orchestration.conf import conf
 
-from . import limit, results
+from . import limit, not_due, results
 from .cpu import CpuMeter, server_backends
 from .figures import Figure
 from .internals import claim_sql_for_explain, queue_database
@@ -50,8 +50,8 @@ NOT_BINDING = 10_000
 #: The drains on the "limited" database: an unlimited one, then under each of flow control's limits.
 FLOW_CONTROL = ("no_limit", "limit_not_binding", "concurrency_limit", "key_limit")
 #: What ``Options.only`` may name: the drains of each round, in order, then the phases around them.
-MEASUREMENTS = ("limit_3", "multi_step", "limit_1", "loaded", "one_step", "backlog", *FLOW_CONTROL,
-                "single_enqueue", "latency", "results", "rss")  # fmt: skip
+MEASUREMENTS = ("limit_3", "multi_step", "limit_1", "loaded", "one_step", "not_due", "backlog", *FLOW_CONTROL,
+                "single_enqueue", "latency", "results", "wake", "rss")  # fmt: skip
 
 
 @dataclass
@@ -73,6 +73,11 @@ class Options:
     vacuum_every: float = 0
     #: Measure flow control's limits too (a third database and its workers).
     flow_control: bool = True
+    #: Runs waiting (timers, events, delayed starts, backoffs, parents) in front of
+    #: the one-step drain of a fourth database, "waiting" (0: none, no such database).
+    not_due: int = 0
+    #: Timers ending at once, then as many new runs, each drained by the "waiting" database's workers (0: none).
+    wake: int = 0
     #: Only these measurements (``MEASUREMENTS``; empty: all of them).
     only: list[str] = field(default_factory=list)
 
@@ -98,6 +103,7 @@ class Benchmark:
         self.empty = ScratchDatabase(f"{prefix}_empty", queue_database())
         self.loaded = ScratchDatabase(f"{prefix}_loaded", queue_database())
         self.limited = ScratchDatabase(f"{prefix}_limited", queue_database())
+        self.waiting = ScratchDatabase(f"{prefix}_waiting", queue_database())
 
     # -- the run ---------------------------------------------------------------
 
@@ -106,10 +112,12 @@ class Benchmark:
         opts = self.options
         flow_control = opts.flow_control
         limited_processes = opts.processes if flow_control else 0
+        waiting = bool(opts.not_due or opts.wake)
         with (
             self.empty.created(keep=opts.keep),
             self.loaded.created(keep=opts.keep),
             self.limited.created(keep=opts.keep) if flow_control else contextlib.nullcontext(),
+            self.waiting.created(keep=opts.keep) if waiting else contextlib.nullcontext(),
         ):
             self.say(f"scratch databases {self.empty.name}, {self.loaded.name}; worker logs in {self.log_dir}")
             self.server = self.empty.server_facts()
@@ -118,6 +126,8 @@ class Benchmark:
                 self._enqueue_single()
             if opts.wants("loaded"):
                 self._load_finished_rows()
+            if opts.not_due:
+                self._load_waiting_rows()
             if flow_control:  # before its workers start, so that they claim with the limit-aware statement
                 self._limit(concurrency=opts.processes * opts.threads)
             self._checkpoint()
@@ -127,8 +137,16 @@ class Benchmark:
                 Workers(
                     self.limited, limited_processes, opts.threads, opts.worker_args, self.log_dir, "limited"
                 ) as limited,
+                Workers(
+                    self.waiting,
+                    opts.processes if waiting else 0,
+                    opts.threads,
+                    opts.worker_args,
+                    self.log_dir,
+                    "waiting",
+                ) as waiting_workers,
             ):
-                for workers in (empty, loaded, limited):
+                for workers in (empty, loaded, limited, waiting_workers):
                     self.worker_pids[workers.database.label] = [process.pid for process in workers.processes]
                 for round_number in range(1, opts.repeat + 1):
                     self.say(f"round {round_number} of {opts.repeat}")
@@ -141,6 +159,8 @@ class Benchmark:
                     self._latency()
                 if opts.wants("results"):
                     self._result_waits()
+                if opts.wake and opts.wants("wake"):
+                    self._wake()
                 self._figures_from(self.samples)
                 if not opts.only:
                     self._hot_updates()
@@ -187,6 +207,7 @@ class Benchmark:
             ("limit_1", lambda: limit.measure(conninfo, jobs=opts.workflows, variant="one_transaction", **concurrency)),
             ("loaded", lambda: self._drain(self.loaded, opts.workflows, 1, measured="loaded")),
             ("one_step", lambda: self._drain(self.empty, opts.workflows, 1, measured="one_step")),
+            ("not_due", lambda: self._drain(self.waiting, opts.workflows, 1, measured="not_due")),
             (
                 "backlog",
                 lambda: self._drain(self.empty, opts.backlog, 1, enqueue_key="bulk_enqueue", measured="backlog"),
@@ -202,7 +223,9 @@ class Benchmark:
         return [
             (name, measure)
             for name, measure in measurements
-            if opts.wants(name) and (opts.flow_control or name not in FLOW_CONTROL)
+            if opts.wants(name)
+            and (opts.flow_control or name not in FLOW_CONTROL)
+            and (opts.not_due or name != "not_due")
         ]
 
     def _figures_from(self, samples: dict[str, list[float]]) -> None:
@@ -240,6 +263,7 @@ class Benchmark:
             (">=", 0.95),
         )
         add("backlog", f"one-step, draining a {opts.backlog} backlog", "workflows/s", "one_step", (">=", 0.95))
+        add("not_due", f"one-step, {opts.not_due} runs waiting in front", "workflows/s", "one_step", (">=", 0.90))
         if not opts.flow_control:
             return
         threads = opts.processes * opts.threads
@@ -288,6 +312,34 @@ class Benchmark:
             plan = [row[0] for row in conn.execute("EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) " + sql, params)]
             conn.rollback()
         return plan
+
+    def _load_waiting_rows(self) -> None:
+        rows = self.options.not_due
+        self.say(f"loading {rows} waiting workflows (timers, events, delayed starts, backoffs, parents)")
+        rate = not_due.load_waiting(self.waiting, WORKFLOW_TYPE, rows)
+        self.figures["load_waiting"] = Figure(
+            "pre-load of waiting workflows (INSERT ... generate_series)", rate, "rows/s"
+        )
+        for figure in not_due.waiting_size(self.waiting):
+            self.figures[figure.metric] = figure
+
+    def _wake(self) -> None:
+        """``wake`` timers ending at once, then as many new runs started at once,
+        on the "waiting" database (behind the runs of ``not_due``, if any): the rate of each
+        drain, and the longest time no run started while the timers woke."""
+        rows = self.options.wake
+        drained = {}
+        for timers in (False, True):
+            self.say(f"  {rows} {'timers ending' if timers else 'new runs starting'} at once")
+            drained[timers] = not_due.drain_due(self.waiting, WORKFLOW_TYPE, rows, timers, timeout=120 + rows / 50)
+        (new, new_gap), (woken, woken_gap) = drained[False], drained[True]
+        self.figures["wake_new"] = Figure(f"one-step, {rows} new runs started at once", new, "workflows/s")
+        self.figures["wake_new_gap"] = Figure("  longest time no run started", new_gap, "s")
+        self.figures["wake_timers"] = Figure(
+            f"one-step, {rows} timers ended at once", woken, "workflows/s",
+            self.figures["wake_new"].metric, woken / new, (">=", 1.0),
+        )  # fmt: skip
+        self.figures["wake_timers_gap"] = Figure("  longest time no run started", woken_gap, "s")
 
     def _checkpoint(self) -> None:
         """A CHECKPOINT before the rounds, so that the one the pre-load's WAL
@@ -339,7 +391,7 @@ class Benchmark:
         steady rate at which they finish them (see ``limit.STEADY_RATE``). With
         ``measured``, also the CPU a workflow of the workers and of PostgreSQL
         (from the enqueue's commit, when the workers start, to the last run)."""
-        if database is not self.loaded:
+        if database is not self.loaded and database is not self.waiting:
             database.reset()
         backends = server_backends(database.conninfo())
         with database.queue_alias():

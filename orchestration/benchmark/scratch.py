@@ -99,7 +99,10 @@ class ScratchDatabase:
     def wait_until_idle(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
         with psycopg.connect(self.conninfo(), autocommit=True) as conn:
-            busy = "SELECT EXISTS (SELECT FROM workflows WHERE status IN ('pending', 'running'))"
+            busy = (  # the runs that wait (``--not-due``) are not work to wait for
+                "SELECT EXISTS (SELECT FROM workflows WHERE status = 'running' OR status = 'pending' "
+                "AND (run_after IS NULL OR run_after <= now()))"
+            )
             while conn.execute(busy).fetchone()[0]:  # type: ignore[index]
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"workflows still pending or running after {timeout:.0f}s in {self.name}")

@@ -95,7 +95,8 @@ MAKE_DUE = f"    IF p_limit > 0 THEN{statements.MAKE_DUE.rstrip()};\n    END IF;
 #: its parameters as the function's (``p_``) and its limit bound. The columns it
 #: returns share their names with the function's: ``use_column`` makes them the tables'.
 CLAIM_BODY = (
-    f"\n#variable_conflict use_column\nBEGIN\n{MAKE_DUE}    RETURN QUERY{_in_function(statements.COMPLETE_AND_CLAIM)};\nEND\n"
+    f"\n#variable_conflict use_column\nBEGIN\n{MAKE_DUE}"
+    f"    RETURN QUERY{_in_function(statements.COMPLETE_AND_CLAIM)};\nEND\n"
 )
 
 

@@ -174,7 +174,6 @@ WHERE {_LIMITED_QUEUES}
 """
 
 
-
 def _pending_queues(due: str) -> str:
     return f"""pending_queue (name) AS (
     SELECT min(queue) FROM workflows WHERE status = 'pending'{due} AND %(queues)s::text[] IS NULL

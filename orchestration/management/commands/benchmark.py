@@ -61,6 +61,11 @@ class Command(BaseCommand):
             default=0,
             help="VACUUM the scratch tables every S seconds (autovacuum off)",
         )
+        for option, what in (
+            ("not_due", "also drain one-step runs behind N waiting runs (timers, events, delayed starts, backoffs)"),
+            ("wake", "also drain N timers ending at once, then N new runs started at once"),
+        ):
+            parser.add_argument(f"--{option.replace('_', '-')}", action=Bounded, minimum=0, default=0, help=what)
         parser.add_argument("--no-flow-control", action="store_true", help="skip the runs under flow control's limits")
         parser.add_argument(
             "--only",
@@ -86,6 +91,8 @@ class Command(BaseCommand):
             keep=options["keep"],
             vacuum_every=options["vacuum_every"],
             flow_control=not options["no_flow_control"],
+            not_due=options["not_due"],
+            wake=options["wake"],
             only=[name for name in options["only"].split(",") if name],
         )
         unknown = set(settings.only) - set(MEASUREMENTS)

@@ -152,17 +152,16 @@ class Workflow(models.Model):
                 name="idx_workflows_claim",
                 condition=Q(status="pending"),
             ),
-            # The claim's: the due runs only (``run_after`` NULL), so that the runs
-            # that wait, however many, are never read by a claim (``claim.statements.MAKE_DUE``).
-            # idx_workflows_claim, which also holds them, goes in a later release.
+            # The claim's: the due runs with no ``run_after``, so that the runs that
+            # wait, however many, are never read by a claim (``claim.statements.COMPLETE_AND_CLAIM``).
+            # idx_workflows_claim, which also holds them, stays for the previous release's workers.
             models.Index(
                 models.F("priority").desc(),
                 "created_at",
                 name="idx_workflows_due",
                 condition=Q(status="pending", run_after__isnull=True),
             ),
-            # The runs that wait, by the moment they stop: ``MAKE_DUE`` makes those
-            # passed due, the reports count them by kind.
+            # The runs that wait, by the moment they stop: the claims read those whose wait has passed.
             models.Index(
                 fields=["run_after"],
                 name="idx_workflows_waiting",

@@ -87,16 +87,15 @@ def _in_function(statement: str) -> str:
     return re.sub(r"%\((\w+)\)s", r"p_\1", statement.replace("{limit}", "p_limit")).rstrip()
 
 
-#: The first statement of every claim's function: ``statements.MAKE_DUE``, unless it claims none.
-MAKE_DUE = f"    IF p_limit > 0 THEN{statements.MAKE_DUE.rstrip()};\n    END IF;\n"
+#: The first statement of the limit-aware claims' functions: ``statements.MAKE_DUE``, unless it claims none.
+MAKE_DUE = f"    IF p_limit > 0 THEN{_in_function(statements.MAKE_DUE)};\n    END IF;\n"
 
 
 #: ``orchestration_complete_and_claim``'s body: ``statements.COMPLETE_AND_CLAIM`` with
 #: its parameters as the function's (``p_``) and its limit bound. The columns it
 #: returns share their names with the function's: ``use_column`` makes them the tables'.
 CLAIM_BODY = (
-    f"\n#variable_conflict use_column\nBEGIN\n{MAKE_DUE}"
-    f"    RETURN QUERY{_in_function(statements.COMPLETE_AND_CLAIM)};\nEND\n"
+    f"\n#variable_conflict use_column\nBEGIN\n    RETURN QUERY{_in_function(statements.COMPLETE_AND_CLAIM)};\nEND\n"
 )
 
 

@@ -49,24 +49,24 @@ COMPLETIONS = """done AS (
 """
 
 
-#: The runs whose ``run_after`` has passed that one claim makes due, at most.
-DUE_BATCH = 256
-#: Before a claim, in its function (``functions``): up to ``DUE_BATCH`` pending
-#: runs whose ``run_after`` has passed (a timer's end, a delayed start, a
-#: backoff), the earliest first, made due: ``run_after`` NULL. The claim reads
-#: due runs only (``run_after IS NULL``), from indexes that hold nothing else
-#: (``idx_workflows_due``, ``idx_workflows_queue_due``, ``idx_workflows_key_due``),
-#: so the runs that wait, however many, are never read by a claim; this finds
-#: those that stopped waiting by ``idx_workflows_waiting``, in one probe when
-#: none has. Its own statement: the claim after it, in a snapshot of its own,
-#: takes the runs it made due. Rows another transaction holds are left to the next claim.
-MAKE_DUE = f"""
+#: Before a limit-aware claim, in its function (``functions``): up to
+#: ``{limit}`` pending runs of ``%(queues)s`` whose ``run_after`` has passed (a
+#: timer's end, a delayed start, a backoff), the earliest first, made due:
+#: ``run_after`` NULL. The limit-aware claims read due runs only (``run_after IS
+#: NULL``), from indexes that hold nothing else (``idx_workflows_queue_due``,
+#: ``idx_workflows_key_due``), so the runs that wait, however many, are never
+#: read by a claim; this finds those whose wait has passed by
+#: ``idx_workflows_waiting``, in one probe when none has. Its own statement: the
+#: claim after it, in a snapshot of its own, takes the runs it made due. Rows
+#: another transaction holds are left to the next claim.
+MAKE_DUE = """
 UPDATE workflows SET run_after = NULL
 WHERE id = ANY(ARRAY(
     SELECT id FROM workflows
     WHERE status = 'pending' AND run_after <= statement_timestamp()
+      AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
     ORDER BY run_after
-    LIMIT {DUE_BATCH}
+    LIMIT {limit}
     FOR NO KEY UPDATE SKIP LOCKED
 ))
 """
@@ -108,6 +108,13 @@ _TAKEN = """taken AS (
 #: recorded; a fresh run's step 1 is recorded running here, before any of its
 #: code runs, and named with its checkpoint (``lease.Lease.placeholder``).
 #:
+#: Due runs are read from two index ranges, each up to ``{limit}`` runs: those
+#: with no ``run_after`` from ``idx_workflows_due``, in claim order, and those
+#: whose ``run_after`` has passed from ``idx_workflows_waiting``, the earliest
+#: first; the claim takes the first ``{limit}`` of both in claim order (the rows
+#: it locked and leaves are free again at its commit). No run that still waits
+#: is read, however many wait.
+#:
 #: Planner: ``'pending'`` is written, not bound, so the generic plan can use ``idx_workflows_due``.
 #: Planner: a bound limit is planned as a tenth of the table; under ``INDEX_PLANS_ONLY`` that changes no scan.
 #: Planner: "no step row" is a scalar subquery, not NOT EXISTS, which a large claim hashes over every step.
@@ -117,12 +124,27 @@ COMPLETE_AND_CLAIM = (
 WITH """
     + COMPLETIONS
     + """), claimed AS MATERIALIZED (
-    SELECT id, started_at FROM workflows
-    WHERE status = 'pending' AND run_after IS NULL
-      AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
+    SELECT id, started_at FROM (
+        SELECT * FROM (
+            SELECT id, started_at, priority, created_at FROM workflows
+            WHERE status = 'pending' AND run_after IS NULL
+              AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
+            ORDER BY priority DESC, created_at
+            LIMIT {limit}
+            FOR NO KEY UPDATE SKIP LOCKED
+        ) AS due
+        UNION ALL
+        SELECT * FROM (
+            SELECT id, started_at, priority, created_at FROM workflows
+            WHERE status = 'pending' AND run_after <= statement_timestamp()
+              AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
+            ORDER BY run_after
+            LIMIT {limit}
+            FOR NO KEY UPDATE SKIP LOCKED
+        ) AS passed
+    ) AS c
     ORDER BY priority DESC, created_at
     LIMIT {limit}
-    FOR NO KEY UPDATE SKIP LOCKED
 ), """
     + _TAKEN.format(first_started="statement_timestamp()", also_returning="")
     + """)

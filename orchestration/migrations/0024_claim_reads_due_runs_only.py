@@ -1,12 +1,13 @@
 """The claim reads due runs only: the runs that wait (timers, delayed starts,
 backoffs, events, parents of unfinished children) are never in its indexes.
 
-A pending run is due when its ``run_after`` is NULL. Each claim first makes
-due the runs whose ``run_after`` has passed (``claim.statements.MAKE_DUE``,
-by ``idx_workflows_waiting``), then claims from indexes of due runs only:
-``idx_workflows_due`` (the plain claim), ``idx_workflows_queue_due`` and
-``idx_workflows_key_due`` (the limit-aware claims; written in SQL, as 0008's,
-for their ``-priority::bigint``). The indexes are built CONCURRENTLY, before
+A pending run is due when its ``run_after`` is NULL or has passed. The plain
+claim reads two index ranges: ``idx_workflows_due`` (the runs with no
+``run_after``) and ``idx_workflows_waiting`` (those whose ``run_after`` has
+passed). The limit-aware claims first make due (``run_after`` NULL) up to
+their limit of the runs whose wait has passed (``claim.statements.MAKE_DUE``),
+then read ``idx_workflows_queue_due`` and ``idx_workflows_key_due`` (written in
+SQL, as 0008's, for their ``-priority::bigint``). The indexes are built CONCURRENTLY, before
 the functions that read them are replaced. The previous release's claims,
 which read every pending run and judge ``run_after`` themselves, go on
 unchanged: 0008's claim indexes stay until a later release drops them.
@@ -21,7 +22,7 @@ from orchestration.claim import functions
 from orchestration.online_migrations import CreateIndexConcurrently, WithLockTimeout
 
 #: ``functions.fingerprint()`` of the text this migration was written for.
-FUNCTIONS_FINGERPRINT = "132bec6a61bb0bd6"
+FUNCTIONS_FINGERPRINT = "6b218dced2faa515"
 
 DUE_INDEXES = {
     "idx_workflows_queue_due": "CREATE INDEX CONCURRENTLY IF NOT EXISTS idx_workflows_queue_due ON workflows "

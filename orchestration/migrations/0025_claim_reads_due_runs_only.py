@@ -37,7 +37,7 @@ DUE_INDEXES = {
 class Migration(migrations.Migration):
     atomic = False
 
-    dependencies = [("orchestration", "0023_worker_stopping_since")]
+    dependencies = [("orchestration", "0024_workflows_error_class")]
 
     operations = [
         CreateIndexConcurrently(

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import uuid
 from collections.abc import Coroutine, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
@@ -176,11 +177,41 @@ def run_burst(*args: str, timeout: float = 120, env: dict[str, str] | None = Non
     return run_manage("runworkers", "--burst", *args, timeout=timeout, env=env)
 
 
+SCRATCH_DATABASES = "orchestration_benchmark_%"
+
+
 def scratch_databases() -> set[str]:
-    """The benchmarks' own databases, which they must drop when done."""
+    """The benchmarks' databases on the server (any run's), which each must drop when done."""
     with connection.cursor() as cursor:
-        cursor.execute("SELECT datname FROM pg_database WHERE datname LIKE 'orchestration_benchmark_%%'")
-        return {row[0] for row in cursor.fetchall()}
+        cursor.execute("SELECT datname FROM pg_database WHERE datname LIKE %s", [SCRATCH_DATABASES])
+        return {name for (name,) in cursor.fetchall()}
+
+
+def run_benchmark(command: str, *args: str) -> tuple[subprocess.CompletedProcess[str], set[str]]:
+    """A benchmark command run to its end, and the scratch databases it worked
+    in: those its connections (named by ``PGAPPNAME``) were seen in, so that
+    another run's benchmark on the same server is never taken for this one's."""
+    name = f"benchmark-{uuid.uuid4().hex[:12]}"
+    seen: set[str] = set()
+    done = threading.Event()
+
+    def watch() -> None:
+        with other_connection() as other:
+            while not done.wait(0.05):
+                rows = other.execute(
+                    "SELECT DISTINCT datname FROM pg_stat_activity WHERE application_name = %s AND datname LIKE %s",
+                    [name, SCRATCH_DATABASES],
+                )
+                seen.update(datname for (datname,) in rows)
+
+    watcher = threading.Thread(target=watch, name="scratch-databases")
+    watcher.start()
+    try:
+        result = run_manage(command, *args, env=worker_env(PGAPPNAME=name))
+    finally:
+        done.set()
+        watcher.join()
+    return result, seen
 
 
 @contextlib.contextmanager

@@ -52,7 +52,8 @@ def sleeper_sessions(workflow) -> list[int]:
     """The server sessions running ``workflow``'s ``pg_sleep`` (see ``sleeps_in_the_database``)."""
     with other_connection() as other:
         rows = other.execute(
-            "SELECT pid FROM pg_stat_activity WHERE query LIKE %s", [f"%sleeper {workflow.pk}%"]
+            "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND query LIKE %s",
+            [f"%sleeper {workflow.pk} */%"],
         ).fetchall()
         return [pid for (pid,) in rows]
 
@@ -61,8 +62,9 @@ def sleeper_running(workflow) -> bool:
     """Whether ``workflow``'s ``pg_sleep`` still runs."""
     with other_connection() as other:
         row = other.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE query LIKE %s AND state = 'active'",
-            [f"%sleeper {workflow.pk}%"],
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND query LIKE %s"
+            " AND state = 'active'",
+            [f"%sleeper {workflow.pk} */%"],
         ).fetchone()
         return row[0] > 0
 

@@ -117,12 +117,13 @@ def test_overview__a_report_that_runs_too_long_is_cancelled_and_the_rest_still_s
         with connections["default"].cursor() as cursor:
             cursor.execute("SELECT pg_sleep(5)")
 
-    monkeypatch.setattr(admin_views, "REPORT_TIME_LIMIT", 0.05)
+    # Long enough for the other reports on a machine busy with other tests; the slow one takes 5.
+    monkeypatch.setattr(admin_views, "REPORT_TIME_LIMIT", 1.0)
     monkeypatch.setattr(stats, "recent_step_durations", slow_report)
     response = admin_client.get(OVERVIEW_URL)
     html = response.content.decode()
     assert response.status_code == 200
-    assert "took longer than 0.05 seconds and was cancelled" in section(html, "orch-durations")
+    assert "took longer than 1 seconds and was cancelled" in section(html, "orch-durations")
     assert "75.0 %" in section(html, "orch-success")
 
 

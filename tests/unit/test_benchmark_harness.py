@@ -8,6 +8,7 @@ import importlib
 import os
 import threading
 import time
+import uuid
 
 import pytest
 
@@ -41,7 +42,8 @@ def test_server_backends__of_a_server_on_this_machine__are_found_every_time():
 
 @pytest.mark.django_db(transaction=True)
 def test_wake_up_floor__a_listener_that_cannot_connect__fails_the_measurement_instead_of_waiting_for_ever():
-    role = "orchestration_test_one_connection"  # its one connection is the measurement's own
+    # Its one connection is the measurement's own; a role is the server's: named for this run alone.
+    role = f"orchestration_test_one_connection_{uuid.uuid4().hex[:8]}"
     with other_connection() as admin:
         admin.execute(f"DROP ROLE IF EXISTS {role}")
         admin.execute(f"CREATE ROLE {role} LOGIN PASSWORD 'one-connection' CONNECTION LIMIT 1")

@@ -32,7 +32,7 @@ LINT_STAMP := $(VENV)/.installed-lint
 
 help:
 	@echo "make demo   run the demo workflows and print a report"
-	@echo "make test   run the test suite"
+	@echo "make test   run the test suite (in 3 processes; TEST_WORKERS=N to choose, 0 for one)"
 	@echo "make test-naive-time   the tests marked moments again with USE_TZ = False (CI runs it)"
 	@echo "make test-chaos   the chaos run: killed workers and a restarted PostgreSQL (CI runs it)"
 	@echo "make test-upgrade   a rolling upgrade from the previous release under load (CI runs it)"
@@ -57,8 +57,15 @@ demo: $(STAMP)
 # 25 s) and the rolling upgrade (the previous release installed from git history
 # into .previous-release/, then two upgrades under load: a few minutes) are apart,
 # so that one `make test` stays short: `make test-chaos`, `make test-upgrade`, and CI.
+# `make test` runs the suite in TEST_WORKERS processes (pytest-xdist), each on a
+# test database of its own: most of its time is spent waiting on worker
+# subprocesses, so three overlap well even on two cores. TEST_WORKERS=0: one
+# process, as plain `pytest` runs it.
+TEST_WORKERS ?= 3
+PARALLEL = $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadgroup)
+
 test: $(STAMP)
-	$(BIN)/python -m pytest -m "not chaos and not upgrade"
+	$(BIN)/python -m pytest -m "not chaos and not upgrade" $(PARALLEL)
 
 # The tests that involve moments again, in a project without time zones (USE_TZ = False).
 test-naive-time: $(STAMP)
@@ -79,7 +86,7 @@ $(STAMP52): requirements.txt pyproject.toml
 
 test-django52: $(STAMP52)
 	$(VENV52)/bin/python -c 'import django; assert django.VERSION[:2] == (5, 2), django.get_version()'
-	$(VENV52)/bin/python -m pytest -m "not chaos and not upgrade"
+	$(VENV52)/bin/python -m pytest -m "not chaos and not upgrade" $(PARALLEL)
 
 # The site's tools (requirements-docs.txt) go into the project's .venv: the
 # reference is read from the app's code, which needs Django beside them.

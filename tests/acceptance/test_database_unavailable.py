@@ -13,6 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests.acceptance.test_runworkers import wait_for
 from tests.support import ROOT, run_burst, run_manage, runworkers_command, start_workers, worker_env
 
 PASSWORD = "not-to-be-printed"
@@ -85,9 +86,12 @@ def test_burst__gives_up_on_a_database_that_is_not_there_with_one_line_and_statu
 
 def test_long_running_worker__keeps_trying_a_database_that_is_not_there(nowhere, workers):
     env, _ = nowhere
+    began = time.monotonic()
     process = start_workers("--concurrency", "1", env=env)
     workers.append(process)
-    time.sleep(4)
+    # Its SIGTERM handler is in place once it meets the outage, however long a loaded machine takes to start it.
+    assert wait_for(lambda: "retrying every" in process.log_path.read_text(), timeout=60)
+    time.sleep(max(1.0, 4 - (time.monotonic() - began)))
     assert process.poll() is None, process.log_path.read_text()
     process.send_signal(signal.SIGTERM)
     assert process.wait(timeout=30) == 0

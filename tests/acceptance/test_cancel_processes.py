@@ -52,8 +52,11 @@ def test_cancel__a_parents_detached_children_run_to_their_end(workers):
 
 
 def test_deadline__the_run_it_cancels_cancels_its_children(workers):
-    parent = start_workflow("fan_out", LONG_CHILDREN, timeout=3)
     workers.append(start_workers("--concurrency", "4", "--poll-interval", "0.2"))
+    # The deadline counts from the start: the worker runs first, however long a loaded machine takes to start it.
+    ready = start_workflow("echo", "ready")
+    assert wait_for(lambda: Workflow.objects.get(pk=ready.pk).status == "completed", timeout=60)
+    parent = start_workflow("fan_out", LONG_CHILDREN, timeout=3)
     assert wait_for(lambda: children_of(parent).filter(status="cancelled").count() == 3, timeout=30)
     parent.refresh_from_db()
     assert parent.status == "cancelled" and parent.error_message.startswith("Deadline exceeded")

@@ -28,7 +28,6 @@ from ..ctx import timeouts
 from ..outages import is_outage
 from ..registry import async_workflow_types
 from ..retry import wait_to_reconnect
-from . import systemd
 from .dispatch import CLAIM_AHEAD_TIMEOUT, Dispatcher
 from .execution import Outcome, execute
 from .links import dead_link_seconds, dead_links_given_up
@@ -36,6 +35,7 @@ from .loop import DATABASE_THREADS, SharedLoop
 from .outage import DatabaseOutage
 from .restart import count_restarts_so_far, restarts_so_far
 from .services import Services, reset_connection
+from .systemd import notify, watchdog_seconds
 
 logger = logging.getLogger(__name__)
 
@@ -280,7 +280,7 @@ class Worker:
 
     def _tell_systemd_ready(self) -> None:
         """``READY=1`` for a ``Type=notify`` unit (nothing without ``NOTIFY_SOCKET``)."""
-        watchdog = systemd.watchdog_seconds()
+        watchdog = watchdog_seconds()
         if watchdog is not None and watchdog < 2 * conf.HEARTBEAT_INTERVAL:
             logger.warning(
                 "worker %s: systemd's watchdog (WatchdogSec=%gs) is fed at each heartbeat, every %gs "
@@ -290,7 +290,7 @@ class Worker:
                 conf.HEARTBEAT_INTERVAL,
             )
         status = f"STATUS=claiming, {self.concurrency} threads, queues {','.join(self.queues or ['all'])}"
-        systemd.notify("READY=1", status, f"MAINPID={os.getpid()}")
+        notify("READY=1", status, f"MAINPID={os.getpid()}")
 
     def _say_stopping(self) -> None:
         """Mark the row stopping (``workflows health``) and tell systemd
@@ -307,9 +307,9 @@ class Worker:
 
         threading.Thread(target=mark, name="orchestration-stopping", daemon=True).start()
         if self.restart_because is None:
-            systemd.notify("STOPPING=1", f"STATUS=stopping: running steps finish within {self.shutdown_grace:g}s")
+            notify("STOPPING=1", f"STATUS=stopping: running steps finish within {self.shutdown_grace:g}s")
         else:
-            systemd.notify("STATUS=restarting: abandoned step bodies reached MAX_ABANDONED_BODIES")
+            notify("STATUS=restarting: abandoned step bodies reached MAX_ABANDONED_BODIES")
 
     def _restart_at_the_cap(self) -> None:
         """Stop, to restart (``worker.restart``), once the step bodies abandoned

@@ -21,8 +21,8 @@ from ..ctx import timeouts
 from ..listen import LISTEN, NOTIFY_CHANNEL, notifications_arrive, notify_new_work
 from ..retry import wait_to_reconnect
 from ..schedules import Scheduler, scheduled_workflows
-from . import systemd
 from .dispatch import Dispatcher
+from .systemd import notify, watchdog_seconds
 
 logger = logging.getLogger(__name__)
 
@@ -95,7 +95,7 @@ class Services:
 
     def _heartbeat(self) -> None:
         held = self.dispatcher.held
-        watched = systemd.watchdog_seconds() is not None
+        watched = watchdog_seconds() is not None
         while not self._stop.wait(conf.HEARTBEAT_INTERVAL):
             try:
                 for run in recovery.heartbeat(held.snapshot()):
@@ -107,7 +107,7 @@ class Services:
                 self._failed("heartbeat", exc)
             else:
                 if written and watched:  # systemd restarts a process whose heartbeat stopped working
-                    systemd.notify("WATCHDOG=1")
+                    notify("WATCHDOG=1")
 
     def _reclaim(self) -> None:
         interval = max(0.5, min(conf.STUCK_AFTER / 4, 60.0))

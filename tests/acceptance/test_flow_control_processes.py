@@ -24,17 +24,23 @@ RUNNING_BY_KEY = (
 
 
 class Sampler(threading.Thread):
-    """Reads the running runs of queue ``flow`` by key, every few milliseconds, until stopped."""
+    """Reads the running runs of queue ``flow`` by key, every few milliseconds, until stopped.
+
+    A sample is stamped when its query was sent: what it read holds at some moment
+    between that stamp and ``answered``, which under load can be much later."""
 
     def __init__(self) -> None:
         super().__init__(daemon=True)
         self.samples: list[tuple[float, dict[str | None, int]]] = []
+        self.answered: list[float] = []
         self._stopping = threading.Event()
 
     def run(self) -> None:
         with other_connection() as conn:
             while not self._stopping.is_set():
-                self.samples.append((time.monotonic(), dict(conn.execute(RUNNING_BY_KEY).fetchall())))
+                sent = time.monotonic()
+                self.samples.append((sent, dict(conn.execute(RUNNING_BY_KEY).fetchall())))
+                self.answered.append(time.monotonic())
                 self._stopping.wait(0.003)
 
     def stop(self) -> None:
@@ -43,6 +49,14 @@ class Sampler(threading.Thread):
 
     def most_running(self, since: float = 0.0) -> int:
         return max((sum(counts.values()) for at, counts in self.samples if at >= since), default=0)
+
+    def running_between(self, since: float, until: float) -> list[int]:
+        """The runs running in each sample read wholly inside [since, until)."""
+        return [
+            sum(counts.values())
+            for (sent, counts), answered in zip(self.samples, self.answered, strict=False)
+            if since <= sent and answered < until
+        ]
 
 
 @pytest.fixture
@@ -132,11 +146,12 @@ def test_limit_changed_at_run_time__applies_without_restarting_the_workers(worke
     limited_since = time.monotonic() + 0.1 + 0.5  # a poll interval, and the runs in flight finishing
     time.sleep(1.5)
     assert sampler.most_running(since=limited_since) <= 2
+    raising_at = time.monotonic()
     set_queue_limits("flow", concurrency=4)
     raised_at = time.monotonic()
     assert wait_for(lambda: sampler.most_running(since=raised_at) >= 3, timeout=30, interval=0.05)
     assert wait_for(lambda: all_done(120), timeout=90, interval=0.1)
     sampler.stop()
     assert sampler.most_running(since=raised_at) <= 4
-    limited = [sum(counts.values()) for at, counts in sampler.samples if limited_since <= at < raised_at]
+    limited = sampler.running_between(limited_since, raising_at)
     assert limited and max(limited) <= 2

@@ -15,6 +15,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from django.test import override_settings
 from django.db import connection, connections, transaction
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
@@ -426,6 +427,7 @@ def run_after_minutes_ago(minutes: int) -> datetime.datetime:
 
 
 @pytest.mark.django_db(transaction=True)  # autocommit, as a worker runs: the batch's transaction rolls back alone
+@override_settings(ORCHESTRATION={"RETRY_BACKOFF": 3600, "RETRY_BACKOFF_MAX": 3600})  # the retry is not due at once
 def test_completions_written_together__one_the_database_refuses_fails_alone_and_the_others_complete():
     start_workflows("perf_one_step", [1, 2])
     worker = Worker(concurrency=2)

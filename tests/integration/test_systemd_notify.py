@@ -86,7 +86,8 @@ def test_runworkers__under_type_notify__says_ready_feeds_the_watchdog_and_says_s
         assert f"MAINPID={worker.pid}" in ready
         assert "STATUS=claiming, 1 threads, queues all" in ready
         messages_until(notify_socket, "WATCHDOG=1", timeout=10)
-        run = start_workflow("slow", {"seconds": 3, "steps": 1})
+        # Long enough that the probe, a process of its own, starts before the step ends on a loaded machine.
+        run = start_workflow("slow", {"seconds": 8, "steps": 1})
         deadline = time.monotonic() + 30
         while Workflow.objects.get(pk=run.pk).status != WorkflowStatus.RUNNING and time.monotonic() < deadline:
             time.sleep(0.05)

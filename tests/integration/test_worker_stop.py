@@ -18,4 +18,4 @@ def test_burst_worker__with_nothing_due__stops_without_waiting_out_the_listeners
     worker = Worker(concurrency=1, burst=True)
     started = time.monotonic()
     assert worker.run() == 0
-    assert time.monotonic() - started < 0.5  # the listener's wait times out after a second
+    assert time.monotonic() - started < 1.0  # less than the listener's wait, which times out after a second

@@ -9,7 +9,7 @@ import json
 import pytest
 from django.db.migrations.loader import MigrationLoader
 
-from orchestration.benchmark.upgrade import PREVIOUS_RELEASE
+from project.benchmark.upgrade import PREVIOUS_RELEASE
 from tests.support import run_benchmark, scratch_databases
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -29,7 +29,7 @@ import psycopg
 import pytest
 from django.db import connection
 
-from orchestration.benchmark.upgrade import PREVIOUS_RELEASE
+from project.benchmark.upgrade import PREVIOUS_RELEASE
 from tests.acceptance.chaos_driver import CHECKS
 from tests.acceptance.previous_release import Release, installed
 from tests.support import ROOT, WorkerProcess, database_conninfo, start_workers, worker_env

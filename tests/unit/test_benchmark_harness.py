@@ -12,15 +12,15 @@ import uuid
 
 import pytest
 
-from orchestration.benchmark import limit
-from orchestration.benchmark.cpu import CpuMeter, cpu_seconds, server_backends
-from orchestration.benchmark.workflows import WORKFLOW_TYPE
 from orchestration.registry import registered_workflows
+from project.benchmark import limit
+from project.benchmark.cpu import CpuMeter, cpu_seconds, server_backends
+from project.benchmark.workflows import WORKFLOW_TYPE
 from tests.support import database_conninfo, other_connection
 
 
 def test_benchmark__importing_the_command_and_harness_registers_no_workflow_type():
-    for module in ("orchestration.management.commands.benchmark", "orchestration.benchmark.worker_process"):
+    for module in ("project.demo.management.commands.benchmark", "project.benchmark.worker_process"):
         importlib.import_module(module)
     assert WORKFLOW_TYPE not in registered_workflows()
 

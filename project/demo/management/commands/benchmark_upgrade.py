@@ -6,8 +6,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
-from orchestration.benchmark.upgrade import PREVIOUS_RELEASE, Options, UpgradeBenchmark, render
 from orchestration.management.arguments import Bounded
+from project.benchmark.upgrade import PREVIOUS_RELEASE, Options, UpgradeBenchmark, render
 
 
 class Command(BaseCommand):

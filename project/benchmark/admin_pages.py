@@ -29,8 +29,9 @@ from django.test import Client, RequestFactory
 from django.test.utils import override_settings
 from django.urls import reverse
 
-from ..observability import metrics
-from ..reports import stats
+from orchestration.observability import metrics
+from orchestration.reports import stats
+
 from .internals import queue_database
 from .scratch import ScratchDatabase
 

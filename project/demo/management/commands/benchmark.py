@@ -8,9 +8,9 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from orchestration.benchmark.report import render
-from orchestration.benchmark.runner import MEASUREMENTS, Benchmark, Options
 from orchestration.management.arguments import Bounded
+from project.benchmark.report import render
+from project.benchmark.runner import MEASUREMENTS, Benchmark, Options
 
 
 class Command(BaseCommand):

@@ -25,7 +25,7 @@ class Workers:
         self.command = [
             sys.executable,
             "-m",
-            "orchestration.benchmark.worker_process",
+            "project.benchmark.worker_process",
             database.source_alias,
             database.name,
             "--concurrency",

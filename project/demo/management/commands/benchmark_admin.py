@@ -6,8 +6,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
-from orchestration.benchmark.admin_pages import AdminBenchmark, Options, render
 from orchestration.management.arguments import Bounded
+from project.benchmark.admin_pages import AdminBenchmark, Options, render
 
 
 class Command(BaseCommand):

@@ -21,6 +21,7 @@ from urllib.parse import quote, urlencode
 import psycopg
 from asgiref.sync import sync_to_async
 from django.db import connection, connections
+from psycopg.sql import SQL, Identifier
 
 from orchestration.claim import claims
 from orchestration.listen import NOTIFY_CHANNEL
@@ -222,7 +223,7 @@ def read_only_failover() -> Iterator[None]:
     test's own connection stays writable."""
     name = connection.settings_dict["NAME"]
     with connection.cursor() as cursor:
-        cursor.execute(f'ALTER DATABASE "{name}" SET default_transaction_read_only = on')
+        cursor.execute(SQL("ALTER DATABASE {} SET default_transaction_read_only = on").format(Identifier(name)))
         try:
             cursor.execute(
                 "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
@@ -230,4 +231,4 @@ def read_only_failover() -> Iterator[None]:
             )
             yield
         finally:
-            cursor.execute(f'ALTER DATABASE "{name}" RESET default_transaction_read_only')
+            cursor.execute(SQL("ALTER DATABASE {} RESET default_transaction_read_only").format(Identifier(name)))

@@ -14,6 +14,7 @@ from django.conf import settings
 from django.core.management import call_command
 from django.db import connections
 from django.test.utils import override_settings
+from psycopg.sql import SQL, Identifier
 
 LOAD_FINISHED = """
 INSERT INTO workflows (workflow_type, status, input_data, output_data, current_step, attempts,
@@ -43,7 +44,7 @@ class ScratchDatabase:
     def created(self, keep: bool = False, every_app: bool = False, migrate_to: str | None = None) -> Iterator[None]:
         """The database, migrated (``migrate_to``: the app's schema as that migration of it left it)."""
         with connections[self.source_alias].cursor() as cursor:
-            cursor.execute(f'CREATE DATABASE "{self.name}"')
+            cursor.execute(SQL("CREATE DATABASE {}").format(Identifier(self.name)))
         connections.settings[self.alias] = {**connections.settings[self.source_alias], "NAME": self.name}
         try:
             apps = [] if every_app else ["orchestration"]  # every app: users, sessions, the admin's log
@@ -54,7 +55,7 @@ class ScratchDatabase:
             connections[self.alias].close()
             if not keep:
                 with connections[self.source_alias].cursor() as cursor:
-                    cursor.execute(f'DROP DATABASE IF EXISTS "{self.name}" WITH (FORCE)')
+                    cursor.execute(SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(Identifier(self.name)))
 
     @contextlib.contextmanager
     def queue_alias(self) -> Iterator[None]:

@@ -28,6 +28,7 @@ from urllib.parse import quote
 import psycopg
 import pytest
 from django.db import connection
+from psycopg.sql import SQL, Identifier
 
 from project.benchmark.upgrade import PREVIOUS_RELEASE
 from tests.acceptance.chaos_driver import CHECKS
@@ -143,15 +144,15 @@ def upgrade(previous: Release, tmp_path: Path) -> Iterator[Upgrade]:
     base = os.environ.get("TEST_DATABASE_NAME") or f"test_{connection.settings_dict['NAME']}"
     database = f"{base}_upgrade"
     with psycopg.connect(database_conninfo(dbname="postgres"), autocommit=True) as admin:
-        admin.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
-        admin.execute(f'CREATE DATABASE "{database}"')
+        admin.execute(SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(Identifier(database)))
+        admin.execute(SQL("CREATE DATABASE {}").format(Identifier(database)))
     roll = Upgrade(database, previous, tmp_path)
     try:
         yield roll
     finally:
         roll.stop_everything()
         with psycopg.connect(database_conninfo(dbname="postgres"), autocommit=True) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
+            admin.execute(SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(Identifier(database)))
 
 
 @pytest.mark.parametrize("stop_signal", [signal.SIGTERM, signal.SIGKILL], ids=["sigterm", "sigkill"])

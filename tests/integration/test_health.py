@@ -15,6 +15,7 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.db import connection
 from django.utils import timezone
+from psycopg.sql import SQL, Identifier
 
 from orchestration import health
 from orchestration.conf import conf
@@ -85,13 +86,13 @@ def recorded_database() -> Iterator[str]:
     migrations check reads only that table."""
     name = f"{connection.settings_dict['NAME']}_health"[:63]
     with other_connection() as admin:
-        admin.execute(f'DROP DATABASE IF EXISTS "{name}"')
-        admin.execute(f'CREATE DATABASE "{name}"')
+        admin.execute(SQL("DROP DATABASE IF EXISTS {}").format(Identifier(name)))
+        admin.execute(SQL("CREATE DATABASE {}").format(Identifier(name)))
     try:
         yield name
     finally:
         with other_connection() as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            admin.execute(SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(Identifier(name)))
 
 
 def record(database: str, names: set[str]) -> None:

@@ -4,7 +4,6 @@ detached; a parent that ends on its own leaves its children as they are."""
 from __future__ import annotations
 
 import datetime
-
 import io
 
 import pytest

@@ -15,8 +15,8 @@ from typing import Any
 
 import psycopg
 import pytest
-from django.test import override_settings
 from django.db import connection, connections, transaction
+from django.test import override_settings
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 

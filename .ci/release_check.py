@@ -98,8 +98,10 @@ EMBEDDED_DB = ROOT / "project" / "embedded_db.py"
 
 SCRATCH = """
 import sys, psycopg
+from psycopg.sql import SQL, Identifier
+statement = {"CREATE": "CREATE DATABASE {}", "DROP": "DROP DATABASE IF EXISTS {}"}[sys.argv[2]]
 with psycopg.connect(sys.argv[1], autocommit=True) as connection:
-    connection.execute(f"{sys.argv[2]} DATABASE {sys.argv[3]}")
+    connection.execute(SQL(statement).format(Identifier(sys.argv[3])))
 """
 
 
@@ -133,7 +135,7 @@ def build(out: Path) -> tuple[Path, Path]:
 
 def check_contents(sdist: Path, wheel: Path) -> None:
     """The version is the package's ``__version__``; every template, static file
-    and migration of the source tree is in the wheel."""
+    and migration of the source tree is in the wheel, and nothing else but the package."""
     version = package_version()
     for artefact in (sdist, wheel):
         if f"-{version}" not in artefact.name:
@@ -150,6 +152,12 @@ def check_contents(sdist: Path, wheel: Path) -> None:
     if missing:
         sys.exit(f"the wheel lacks {len(missing)} file(s) of the package: {', '.join(missing[:10])}")
     step(f"version {version}; the wheel holds its {len(wanted)} templates, static files and migrations")
+    # The benchmark harness and its commands are the repository's (project/), never a user's.
+    ours = ("orchestration", f"django_orchestration-{version}.dist-info")
+    strays = sorted(name for name in names if name.split("/", 1)[0] not in ours or "bench" in name)
+    if strays:
+        sys.exit(f"the wheel holds {len(strays)} file(s) that are not the package's: {', '.join(strays[:10])}")
+    step("the wheel holds the orchestration package only: no benchmark harness, no example project")
 
 
 def package_version() -> str:
@@ -225,7 +233,7 @@ class database:
         if self.embedded:
             self.server.communicate("", timeout=60)
         else:
-            run(self.python, "-c", SCRATCH, self.url, "DROP", f"IF EXISTS {self.name}")
+            run(self.python, "-c", SCRATCH, self.url, "DROP", self.name)
 
 
 STARTED = time.monotonic()

@@ -27,7 +27,7 @@ PYTHON313 ?= $(shell for p in python3.13 $${PYENV_ROOT:-$$HOME/.pyenv}/versions/
 DOCS_STAMP := $(VENV)/.installed-docs
 LINT_STAMP := $(VENV)/.installed-lint
 
-.PHONY: help demo test test-naive-time test-chaos test-upgrade test-django52 lint lint-migrations serve format clean release-check docs
+.PHONY: help demo bench test test-naive-time test-chaos test-upgrade test-django52 lint lint-migrations serve format clean release-check docs
 .DEFAULT_GOAL := help
 
 help:
@@ -37,6 +37,7 @@ help:
 	@echo "make test-chaos   the chaos run: killed workers and a restarted PostgreSQL (CI runs it)"
 	@echo "make test-upgrade   a rolling upgrade from the previous release under load (CI runs it)"
 	@echo "make test-django52   the suite on Django 5.2 with Python 3.11 (Tasks backend tests skip)"
+	@echo "make bench   the benchmark (docs/performance.md; BENCH_ARGS=\"--only one_step,limit_1 --repeat 4\")"
 	@echo "make lint   ruff and mypy;  make serve: the admin on http://127.0.0.1:8000/admin/"
 	@echo "make lint-migrations   squawk on the SQL of the migrations since the last release (.ci/migration-lint.toml)"
 	@echo "make release-check   build the sdist and wheel, twine check, install the wheel on Django 6 and 5.2"
@@ -52,6 +53,10 @@ $(STAMP): requirements.txt pyproject.toml
 demo: $(STAMP)
 	$(BIN)/python manage.py migrate --verbosity 0
 	$(BIN)/python manage.py run_demo
+
+# The benchmark harness is the repository's (project/benchmark), not the package's.
+bench: $(STAMP)
+	$(BIN)/python manage.py benchmark $(BENCH_ARGS)
 
 # The chaos run (killed workers and a restarted PostgreSQL of its own, about
 # 25 s) and the rolling upgrade (the previous release installed from git history
@@ -100,7 +105,7 @@ docs: $(DOCS_STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy orchestration
+	$(BIN)/mypy orchestration project/benchmark project/demo/management
 
 # The migrations' linter (requirements-lint.txt) goes into the project's .venv:
 # it reads the SQL that sqlmigrate prints, which needs the app beside it.

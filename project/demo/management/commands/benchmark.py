@@ -1,4 +1,4 @@
-"""``manage.py benchmark``: a shell over ``orchestration.benchmark.runner``,
+"""``manage.py benchmark``: a shell over ``project.benchmark.runner``,
 which registers the benchmark's workflow type when it runs (in this process and
 its workers only, never in the project at large)."""
 

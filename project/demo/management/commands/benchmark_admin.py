@@ -1,4 +1,4 @@
-"""``manage.py benchmark_admin``: a shell over ``orchestration.benchmark.admin_pages``."""
+"""``manage.py benchmark_admin``: a shell over ``project.benchmark.admin_pages``."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""``manage.py benchmark_upgrade``: a shell over ``orchestration.benchmark.upgrade``."""
+"""``manage.py benchmark_upgrade``: a shell over ``project.benchmark.upgrade``."""
 
 from __future__ import annotations
 

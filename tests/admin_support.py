@@ -43,6 +43,20 @@ def record_steps(workflow, count: int, *, status: str = "completed", failed_at: 
         )  # fmt: skip
 
 
+def record_children(parent, count: int) -> None:
+    """``count`` wide children of ``parent`` in one statement: two in three completed, one failed."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            INSERT INTO workflows (workflow_type, status, queue, input_data, parent_id, error_message)
+            SELECT left(%s, 100), CASE WHEN g %% 3 = 0 THEN 'failed' ELSE 'completed' END, 'default',
+                   jsonb_build_object('n', g), %s, CASE WHEN g %% 3 = 0 THEN %s END
+            FROM generate_series(1, %s) g
+            """,
+            [WIDE_NAME, str(parent.pk), WIDE_ERROR, count],
+        )
+
+
 def staff_user(*codenames: str, username: str = "operator", password: str = "operator-pw") -> User:
     """A staff user (not a superuser) holding only the orchestration permissions named."""
     user = User.objects.create_user(username, password=password, is_staff=True)

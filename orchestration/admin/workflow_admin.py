@@ -27,7 +27,7 @@ from django.utils.safestring import SafeString
 from ..conf import conf
 from ..models import FINISHED_STATUSES, StepStatus, Workflow, WorkflowStatus, WorkflowStep
 from ..reports import charts, step_window
-from ..reports.listing import search_q, short_id
+from ..reports.listing import children_by_status, search_q, short_id
 from ..reports.pagination import EstimatedCountPaginator
 from .actions import cancel_workflows, requeue_stuck_workflows, restart_workflows, retry_workflows
 from .display import (
@@ -68,11 +68,10 @@ def _step_count(**conditions: Any) -> Coalesce:
 
 
 def _children_by_status(workflow: Workflow) -> dict[str, int]:
-    """How many child workflows ``workflow`` has in each status (read once per page, through the parent index)."""
+    """How many child workflows ``workflow`` has in each status, read once per page."""
     cached: dict[str, int] | None = getattr(workflow, "_children_by_status", None)
     if cached is None:
-        rows = Workflow.objects.filter(parent=workflow).order_by().values_list("status").annotate(n=Count("pk"))
-        cached = {status: n for status, n in rows}
+        cached = children_by_status(workflow.pk)
         workflow._children_by_status = cached  # type: ignore[attr-defined]
     return cached
 
@@ -358,8 +357,7 @@ class WorkflowAdmin(ReadOnlyConsole, admin.ModelAdmin):
                 counts[status],
                 status,
             )
-            for status in WorkflowStatus.values
-            if status in counts
+            for status in counts
         ]
         return format_html(
             '<a href="{}">{} in all</a>: {}',

@@ -225,6 +225,15 @@ def rows(filters: Filters, limit: int) -> list[dict[str, Any]]:
     return [summary(row, now) for row in filtered(filters).values(*SUMMARY_FIELDS)[:limit]]
 
 
+def children_by_status(parent_id: uuid.UUID) -> dict[str, int]:
+    """How many children a workflow has in each status, in ``WorkflowStatus``'s
+    order (none: empty): one grouped query through ``idx_workflows_parent``, so
+    a parent of 10,000 children costs what a parent of three does."""
+    rows = Workflow.objects.using(conf.DATABASE).filter(parent_id=parent_id).order_by().values_list("status")
+    counts = dict(rows.annotate(n=Count("pk")))
+    return {status: counts[status] for status in WorkflowStatus.values if status in counts}
+
+
 def details(workflow_id: uuid.UUID, steps: tuple[int, int | None] | None = None) -> dict[str, Any]:
     """Everything about one workflow: its columns, error history, patches, the
     run it was forked from, children by status, unconsumed events, and the
@@ -234,7 +243,6 @@ def details(workflow_id: uuid.UUID, steps: tuple[int, int | None] | None = None)
     workflow = Workflow.objects.using(conf.DATABASE).get(pk=workflow_id)
     row = {field: getattr(workflow, field) for field in SUMMARY_FIELDS}
     window = step_window.read(workflow.pk, workflow.current_step, steps, most=None)
-    children = workflow.children.order_by().values_list("status").annotate(n=Count("pk"))
     waiting_events = workflow.events.filter(consumed_by_step__isnull=True).order_by("id").values_list("name", flat=True)
     return {
         **summary(row, timezone.now()),
@@ -250,7 +258,7 @@ def details(workflow_id: uuid.UUID, steps: tuple[int, int | None] | None = None)
         "steps": [{field: getattr(step, field) for field in step_window.FIELDS} for step in window.steps],
         "step_count": window.last,
         "steps_not_shown": [{"first": gap.first, "last": gap.last} for gap in window.gaps],
-        "children": dict(children),
+        "children": children_by_status(workflow.pk),
         "unconsumed_events": list(waiting_events),
     }
 

@@ -20,7 +20,7 @@ from django.utils import timezone
 from orchestration.admin import limits
 from orchestration.models import Workflow
 from orchestration.reports import stats
-from orchestration.reports.listing import ERROR_INDEX
+from orchestration.reports.listing import ERROR_INDEX, children_by_status
 from tests.admin_support import require_error_index
 from tests.factories import WorkflowFactory, WorkflowStepFactory
 
@@ -70,6 +70,23 @@ def list_queries(admin_client, params: dict[str, str]) -> tuple[str, str]:
     return page[0], counts[0]
 
 
+@pytest.fixture
+def fan_out(db):
+    """A parent of 10,000 children among 40,000 runs of no parent (a third of
+    each failed), analyzed."""
+    parent = WorkflowFactory(status="pending", waiting_for="children")
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO workflows (workflow_type, status, input_data, parent_id) "
+            "SELECT 'three_steps', CASE WHEN g %% 3 = 0 THEN 'failed' ELSE 'completed' END, '{}', "
+            "       CASE WHEN g <= 10000 THEN %s::uuid END "
+            "FROM generate_series(1, 50000) g",
+            [str(parent.pk)],
+        )
+        cursor.execute("ANALYZE workflows")
+    return parent
+
+
 def plan_of(sql: str) -> str:
     with connection.cursor() as cursor:
         cursor.execute(f"EXPLAIN {sql}")
@@ -93,6 +110,7 @@ FILTERS = [
     ({"queue": "rare-queue"}, "idx_workflows_queue_created", True),
     ({"pending": "waiting"}, "idx_workflows_", True),  # the pending rows: the status or the claim index
     ({"parent": "PARENT"}, "idx_workflows_parent", True),
+    ({"parent": "PARENT", "status__exact": "failed"}, "idx_workflows_", True),  # a child's page links it
     ({"worker": "host:1:ab"}, "idx_workflows_running", True),
     ({"q": "rare_type"}, "idx_workflows_type_created", True),
 ]
@@ -209,3 +227,18 @@ def test_hourly_outcomes__read_the_rows_created_since_a_day_before_the_window(mo
         status="completed", created_at__gte=window - datetime.timedelta(days=1), done__gte=window
     )
     assert counted == in_window.count() and short_run in in_window and long_run not in in_window
+
+
+def test_children_by_status__is_one_grouped_query_through_the_parent_index_at_10000_children(fan_out):
+    with CaptureQueriesContext(connection) as captured:
+        assert children_by_status(fan_out.pk) == {"completed": 6_667, "failed": 3_333}
+    (query,) = captured.captured_queries
+    plan = plan_of(query["sql"])
+    assert "Seq Scan on workflows" not in plan and "idx_workflows_parent" in plan, plan
+
+
+def test_list__of_a_parents_children_in_one_status_reads_an_index_at_10000_children(admin_client, fan_out):
+    page, count = list_queries(admin_client, {"parent": str(fan_out.pk), "status__exact": "failed"})
+    for sql in (page, count):
+        plan = plan_of(sql)
+        assert "Seq Scan on workflows" not in plan and "idx_workflows_" in plan, plan

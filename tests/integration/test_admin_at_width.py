@@ -18,7 +18,7 @@ from django.urls import reverse
 from orchestration.admin import views
 from orchestration.models import WorkflowQueue
 from orchestration.reports import step_window
-from tests.admin_support import WIDE_ERROR, WIDE_NAME, record_steps
+from tests.admin_support import WIDE_ERROR, WIDE_NAME, record_children, record_steps
 from tests.factories import WorkflowFactory, WorkflowWorkerFactory
 
 pytestmark = pytest.mark.django_db
@@ -31,19 +31,6 @@ WORKER_PAGE_QUERIES = 6
 QUEUES_PAGE_QUERIES = 8
 #: Queries the overview may make, whatever the number of workflow types and queues in use.
 OVERVIEW_QUERIES = 50
-
-
-def record_children(parent, count: int) -> None:
-    with connection.cursor() as cursor:
-        cursor.execute(
-            """
-            INSERT INTO workflows (workflow_type, status, queue, input_data, parent_id, error_message)
-            SELECT left(%s, 100), CASE WHEN g %% 3 = 0 THEN 'failed' ELSE 'completed' END, 'default',
-                   jsonb_build_object('n', g), %s, CASE WHEN g %% 3 = 0 THEN %s END
-            FROM generate_series(1, %s) g
-            """,
-            [WIDE_NAME, str(parent.pk), WIDE_ERROR, count],
-        )
 
 
 def record_events(workflow, count: int) -> None:

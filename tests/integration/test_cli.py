@@ -14,11 +14,14 @@ from django.utils import timezone
 
 from orchestration import start_workflow
 from orchestration.models import Workflow, WorkflowEvent, WorkflowWorker
-from tests.admin_support import failed_three_steps, record_steps
+from tests.admin_support import failed_three_steps, record_children, record_steps
 from tests.factories import WorkflowFactory, WorkflowStepFactory
 from tests.support import drain, run_manage
 
 pytestmark = [pytest.mark.django_db, pytest.mark.moments]
+
+#: Queries ``workflows show`` may make, whatever the number of a run's steps and children.
+SHOW_QUERIES = 7
 
 
 def run(*args: str) -> str:
@@ -124,7 +127,29 @@ def test_show__one_workflow_its_steps_children_and_events():
     assert shown["input_data"] == {"order": 7, "items": ["a", "b"]}
     text = run("show", str(failed.pk))
     assert "status:     failed" in text and "attempts:   4 of 4" in text
-    assert "ConnectionError: bank API unreachable" in text and "children:   1 completed" in text
+    assert "ConnectionError: bank API unreachable" in text and "children:   1 in all: 1 completed" in text
+
+
+def test_show__counts_a_parents_children_by_status_and_names_the_command_that_lists_them():
+    parent = WorkflowFactory(status="pending", waiting_for="children")
+    kids = {status: WorkflowFactory(parent=parent, status=status) for status in ("failed", "completed", "pending")}
+    WorkflowFactory(parent=parent, status="completed")
+    WorkflowFactory(status="failed")  # another family
+    assert run_json("show", str(parent.pk))["children"] == {"pending": 1, "completed": 2, "failed": 1}
+    text = run("show", str(parent.pk))
+    assert "children:   4 in all: 1 pending, 2 completed, 1 failed\n" in text
+    assert f"manage.py workflows list --parent {parent.pk} --status pending|completed|failed\n" in text
+    listed = run_json("list", "--parent", str(parent.pk), "--status", "failed")
+    assert [row["id"] for row in listed] == [str(kids["failed"].pk)]
+
+
+@pytest.mark.parametrize("children", [3, 10_000])
+def test_show__of_a_parent_costs_the_same_queries_whatever_its_children(django_assert_max_num_queries, children):
+    parent = WorkflowFactory(status="pending", waiting_for="children")
+    record_children(parent, children)
+    with django_assert_max_num_queries(SHOW_QUERIES):
+        text = run("show", str(parent.pk))
+    assert f"children:   {children} in all: {children - children // 3} completed, {children // 3} failed" in text
 
 
 def test_show__a_forks_origin_patches_and_error_history():

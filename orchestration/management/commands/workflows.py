@@ -218,9 +218,12 @@ class Command(JsonErrors, ReportsOutages):
             self.stdout.write(f"{'patches:':<12}{json.dumps(found['patches'])}")
         for key in ("created_at", "started_at", "finished_at", "updated_at"):
             self.stdout.write(f"{key.replace('_at', '') + ':':<12}{_moment(found[key])}")
-        if found["children"]:
-            counted = ", ".join(f"{n} {status}" for status, n in sorted(found["children"].items()))
-            self.stdout.write(f"{'children:':<12}{counted}")
+        if children := found["children"]:
+            counted = ", ".join(f"{n} {status}" for status, n in children.items())
+            self.stdout.write(f"{'children:':<12}{sum(children.values())} in all: {counted}")
+            # What the admin page links to, as the command that lists them.
+            statuses = "|".join(children)
+            self.stdout.write(f"{'':<12}manage.py workflows list --parent {found['id']} --status {statuses}")
         if found["unconsumed_events"]:
             events = printable(", ".join(found["unconsumed_events"]))
             self.stdout.write(f"{'events:':<12}{events} (not consumed yet)")

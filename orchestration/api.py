@@ -124,15 +124,24 @@ def start_workflows(
     instead of creating another. ``concurrency_keys`` pairs a concurrency key
     (or None) with each input (default: the decorator's function of each).
     """
-    options = _new_workflow_options(
-        workflow_type,
-        idempotency_key=None,
-        run_after=run_after,
-        queue=queue,
-        priority=priority,
-        max_retries=max_retries,
-        timeout=timeout,
-    )
+    options: dict[str, Any] = dict(run_after=run_after, queue=queue, priority=priority, max_retries=max_retries)
+    keys = {"idempotency_keys": idempotency_keys, "concurrency_keys": concurrency_keys}
+    return start_batch(workflow_type, inputs, {}, **keys, **options, timeout=timeout)
+
+
+def start_batch(
+    workflow_type: str,
+    inputs: Iterable[Any],
+    columns: dict[str, Any],
+    *,
+    idempotency_keys: Iterable[str | None] | None = None,
+    concurrency_keys: Iterable[str | None] | None = None,
+    **start_options: Any,
+) -> list[Workflow]:
+    """``start_workflows`` (``start_options``: its shared options), every row
+    also given ``columns``: the engine's (``ctx.start_children`` gives its
+    children their parent)."""
+    options = _new_workflow_options(workflow_type, idempotency_key=None, **start_options)
     inputs = list(inputs)
     keys: list[str | None] = [None] * len(inputs) if idempotency_keys is None else list(idempotency_keys)
     if len(keys) != len(inputs):
@@ -152,7 +161,7 @@ def start_workflows(
             options["concurrency_key"] = per_row[0]
         per_row = None
     encoded = _inputs_as_json_array(inputs, workflow_type)
-    return enqueue.insert(conf.DATABASE, options, encoded, keys, per_row)
+    return enqueue.insert(conf.DATABASE, {**options, **columns}, encoded, keys, per_row)
 
 
 def _checked_inputs(workflow_type: str, inputs: list[Any], *, in_batch: bool = False) -> list[Any]:
@@ -233,11 +242,11 @@ def _new_workflow_options(
     workflow_type: str,
     *,
     idempotency_key: str | None,
-    run_after: datetime.datetime | None,
-    queue: str | None,
-    priority: int | None,
-    max_retries: int | None,
-    timeout: float | datetime.timedelta | None,
+    run_after: datetime.datetime | None = None,
+    queue: str | None = None,
+    priority: int | None = None,
+    max_retries: int | None = None,
+    timeout: float | datetime.timedelta | None = None,
 ) -> dict[str, Any]:
     """Validated column values of a new run: an option given wins over the
     decorator's, which wins over the settings'. Raises before anything is written."""

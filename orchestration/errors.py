@@ -79,6 +79,22 @@ class EventTimeout(PermanentError):
 class ChildWorkflowFailed(PermanentError):
     """A child workflow failed or was cancelled."""
 
+    # Raised by ``ctx.wait_for`` (or returned in its list, with ``return_exceptions``):
+    # which child, of which type, and how it ended ("failed", "cancelled", or
+    # "deleted" for a row gone while its parent waited).
+    def __init__(
+        self,
+        message: str | None = None,
+        *,
+        workflow_id: Any = None,
+        workflow_type: str | None = None,
+        status: str | None = None,
+    ):
+        super().__init__(message)
+        self.workflow_id = workflow_id
+        self.workflow_type = workflow_type
+        self.status = status
+
 
 class CheckpointRefused(PermanentError):
     """The database refused to store a step's result; the step is failed."""
@@ -125,17 +141,26 @@ class Suspend(ControlFlow):
     """The workflow waits: release it to pending until ``until`` or a wake-up.
 
     Raised by the waiting primitives and caught by the worker, so a waiting
-    workflow holds no thread and no connection. ``ready()``, checked after the
-    release in the same transaction, says the wake-up already happened.
+    workflow holds no thread and no connection. ``arm()``, run first in the
+    transaction that releases it (before its row is taken), prepares what will
+    wake it; ``ready()``, checked after the release in the same transaction,
+    says the wake-up already happened.
     """
 
     # ``wait`` is a ``waits.Wait``, not imported even for typing: errors import
     # nothing of the package (waits imports the models, and they wait for results).
-    def __init__(self, until: datetime.datetime | None, wait: Any, ready: Callable[[], bool] | None = None):
+    def __init__(
+        self,
+        until: datetime.datetime | None,
+        wait: Any,
+        ready: Callable[[], bool] | None = None,
+        arm: Callable[[], None] | None = None,
+    ):
         super().__init__(wait.text)
         self.until = until
         self.wait = wait
         self.ready = ready
+        self.arm = arm
 
 
 #: Errors that fail the workflow at once: retrying cannot fix them.

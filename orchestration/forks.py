@@ -8,7 +8,7 @@ the code deployed now. The original is only read; the fork links to it
 (``forked_from``). Steps copied share what they did: a copied ``start_child``
 step returns the original's child, a copied ``wait_for_event`` its payload.
 The fork waits for such a child as the original does, and is woken when it
-ends (``waits.wake_parents``), whatever became of the original: starting
+ends (``waits.wake_forks``), whatever became of the original: starting
 another child would do again the work of a step the fork did not re-run.
 """
 

@@ -138,6 +138,9 @@ class Workflow(models.Model):
     # the ends of ids through idx_workflows_id_tail (``listing.search_q``), both
     # made by migration 0011 in SQL.
     error_history = models.JSONField(null=True, blank=True)
+    # The wait of its parent (``WorkflowWait``) this child counts in: its end
+    # decrements that wait, and only the end that settles it wakes the parent.
+    awaited_by_wait = models.UUIDField(null=True, blank=True, editable=False)
 
     class Meta:
         db_table = "workflows"
@@ -298,6 +301,33 @@ class WorkflowEvent(models.Model):
 
     def __str__(self) -> str:
         return f"event {self.name} for {self.workflow_id}"
+
+
+class WorkflowWait(models.Model):
+    """A run waiting in ``ctx.wait_for`` for its children: how many of them are
+    unfinished, so that a finishing child decrements it and tests it in one
+    statement, and the parent is woken once, when its wait can end
+    (``waits.children_finished``), not at every child's end. Written by the
+    parent as it suspends (``waits.arm_children_wait``), which marks each
+    unfinished child with it (``Workflow.awaited_by_wait``)."""
+
+    id = models.UUIDField(primary_key=True)
+    #: The waiting run (no constraint: a run deleted by SQL leaves its waits, which no child names any more).
+    workflow = models.ForeignKey(
+        Workflow, on_delete=models.CASCADE, related_name="+", db_column="workflow_id", db_constraint=False
+    )
+    step_number = models.IntegerField()
+    #: Awaited children not finished yet; the wait is settled at 0.
+    unsettled = models.IntegerField()
+    #: A failed or cancelled child settles it at once (``wait_for`` without ``return_exceptions``).
+    wake_on_failure = models.BooleanField()
+    created_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        db_table = "workflow_waits"
+
+    def __str__(self) -> str:
+        return f"wait of {self.workflow_id} at step {self.step_number}: {self.unsettled} unsettled"
 
 
 class StepQuerySet(models.QuerySet["WorkflowStep"]):

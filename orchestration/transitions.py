@@ -150,8 +150,9 @@ def _move(rows: QuerySet[Workflow], name: str, **changes: Any) -> int:
     return how many moved.
 
     A run with a parent that ends here (failed, cancelled: every move into
-    them is one of these) wakes its parent in the same transaction, so a
-    parent waiting for it never waits on a child that can no longer finish.
+    them is one of these) counts in its parent's wait in the same transaction
+    (``waits.children_finished``), so a parent waiting for it never waits on a
+    child that can no longer finish.
     """
     move = MOVES[name]
     moving = rows.filter(status__in=move.sources)
@@ -167,7 +168,7 @@ def _move(rows: QuerySet[Workflow], name: str, **changes: Any) -> int:
         parents = dict(children.values_list("pk", "parent_id"))
         moved = moving.update(**values)
         if parents:
-            waits.wake_parents(parents)
+            waits.children_finished(parents)
     return moved
 
 
@@ -322,7 +323,7 @@ def _run_again_from(workflow_id: uuid.UUID, first_step: int, verb: str) -> None:
     children = Workflow.objects.using(alias).filter(parent_id=workflow_id, idempotency_key__startswith=prefix)
     started_again = []
     for pk, key, status, workflow_type in children.values_list("pk", "idempotency_key", "status", "workflow_type"):
-        step = str(key).removeprefix(prefix)
+        step = str(key).removeprefix(prefix).split(":")[0]  # ``ctx.start_children``'s keys: step:index
         if not step.isdigit() or int(step) < first_step:
             continue
         if status not in FINISHED_STATUSES:

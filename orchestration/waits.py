@@ -16,12 +16,21 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from django.db.models import Q
+from django.db import connections
+from django.db.models import Count, Q
 from django.db.models.functions import Now
 
 from .conf import conf
 from .listen import notify_new_work
-from .models import FINISHED_STATUSES, StepStatus, Workflow, WorkflowEvent, WorkflowStatus, WorkflowStep
+from .models import (
+    FINISHED_STATUSES,
+    StepStatus,
+    Workflow,
+    WorkflowEvent,
+    WorkflowStatus,
+    WorkflowStep,
+    WorkflowWait,
+)
 
 #: ``run_after`` of a workflow that waits with no time limit: only ``send_event``
 #: or a finishing child wakes it (Python's datetime cannot hold 'infinity').
@@ -137,14 +146,15 @@ def workflow_outcomes(ids: list[uuid.UUID]) -> dict[uuid.UUID, dict[str, Any]]:
     return {row["id"]: row for row in rows}
 
 
-def children_settled(ids: list[uuid.UUID]) -> bool:
+def children_settled(ids: list[uuid.UUID], wake_on_failure: bool = True) -> bool:
     """Whether a parent waiting for the children ``ids`` has something to act on:
-    every child finished, or one never will complete (failed, cancelled, or its
-    row is gone)."""
+    every child finished, or (``wake_on_failure``) one never will complete
+    (failed, cancelled), or a child's row is gone."""
     statuses = list(_workflows().filter(pk__in=ids).values_list("status", flat=True))
     if len(statuses) < len(set(ids)):
         return True
-    return all(status in FINISHED_STATUSES for status in statuses) or any(status in UNSUCCESSFUL for status in statuses)
+    unsuccessful = wake_on_failure and any(status in UNSUCCESSFUL for status in statuses)
+    return unsuccessful or all(status in FINISHED_STATUSES for status in statuses)
 
 
 def wake_event_waiter(workflow_id: uuid.UUID, name: str, queue: str) -> None:
@@ -154,24 +164,151 @@ def wake_event_waiter(workflow_id: uuid.UUID, name: str, queue: str) -> None:
         notify_new_work(conf.DATABASE, queue)
 
 
-def wake_parents(finished: Mapping[uuid.UUID, uuid.UUID]) -> None:
-    """Children finished (``{child: its parent}``): each run that waits for one
-    of them becomes due now, to re-check them. That is its parent, if it waits
-    for children, and any fork of the parent (or of a fork of it) that copied
-    the step starting the child and waits for it: a fork shares the children
-    its copied steps started (see ``forks``).
+# -- a wait for children: woken once it can end --------------------------------------
+#
+# A parent suspending in ``ctx.wait_for`` marks each awaited child that is not
+# finished with a new ``WorkflowWait`` that counts them (``ChildrenWait.arm``).
+# A child's end decrements its wait and tests it in one statement
+# (``CHILDREN_FINISHED``), and only the end that settles the wait (the last
+# child, or a failed one) makes the parent due: a parent of 10,000 children is
+# claimed once, not once a child, and the children queue on the small wait row
+# for the moment of their commit, not on the parent's row.
+#
+# Races. Two last children: each decrements the wait's row, which the first
+# holds until it commits; the second's decrement is made on the first's result
+# (READ COMMITTED re-evaluates an UPDATE on the row version it waited for), so
+# exactly one of them sees the count reach 0. The last child and the parent
+# suspending: the parent marks a child under that child's row lock, and a child
+# ends under it too, so either the child ended first (it is not marked, not
+# counted: a wait of none left is settled at once) or it is marked first (its
+# end waits for the parent's commit, then finds the wait). The parent marks its
+# children before it takes its own row (the fence), the order a child's end
+# takes them in (its row, the wait's, the parent's), so the two never deadlock.
 
-    Called in the transaction that finishes the children, after their rows
-    changed. Each of these runs is locked first, waiting or not: a run
-    suspending at this moment (``Lease.suspend``, whose ``ready()`` re-reads its
-    children) either suspends before this (and is woken here) or after this
-    transaction commits (and its ``ready()`` sees the children finished). A
-    wake-up is never lost between the two. The forks are looked up again once
-    the ones known are locked, for a fork made meanwhile.
+#: The children ``%(children)s`` just ended, in the transaction that ended them
+#: (after their rows changed): each wait they count in is decremented, and the
+#: runs whose wait is settled (none left, or a failed or cancelled child where
+#: the wait ends on a failure) are made due, their queues returned. A child
+#: that counts in no wait wakes its parent only if the parent waits for
+#: children with no wait of the new kind (suspended by the previous release).
+#: One statement: the decrement and its test cannot be split by another end.
+CHILDREN_FINISHED = """
+WITH finished AS MATERIALIZED (
+    SELECT id, parent_id, awaited_by_wait AS wait, status IN ('failed', 'cancelled') AS unsuccessful
+    FROM workflows
+    WHERE id = ANY(%(children)s::uuid[]) AND status IN ('completed', 'failed', 'cancelled')
+), counted AS (
+    UPDATE workflow_waits AS w SET unsettled = w.unsettled - f.ended
+    FROM (SELECT wait, count(*) AS ended, bool_or(unsuccessful) AS unsuccessful
+          FROM finished WHERE wait IS NOT NULL GROUP BY wait) AS f
+    WHERE w.id = f.wait
+    RETURNING w.workflow_id, w.unsettled <= 0 OR (w.wake_on_failure AND f.unsuccessful) AS settled
+), settled AS (
+    SELECT workflow_id AS id FROM counted WHERE settled
+    UNION
+    SELECT f.parent_id FROM finished AS f
+    WHERE f.wait IS NULL AND f.parent_id IS NOT NULL
+      AND NOT EXISTS (SELECT FROM workflow_waits AS w WHERE w.workflow_id = f.parent_id)
+)
+UPDATE workflows SET run_after = NULL
+WHERE id IN (SELECT id FROM settled) AND status = 'pending' AND run_after IS NOT NULL
+  AND waiting_for LIKE 'children:%%'
+RETURNING queue
+"""
+
+
+@dataclass
+class ChildrenWait:
+    """The wait of run ``workflow_id`` at step ``step_number`` for the children
+    ``ids``: ``arm`` it before the run suspends, then ask ``ready``."""
+
+    workflow_id: uuid.UUID
+    step_number: int
+    ids: list[uuid.UUID]
+    #: A failed or cancelled child ends the wait (``wait_for`` without ``return_exceptions``).
+    wake_on_failure: bool
+    settled: bool = False
+    #: Awaited children that are not this run's own (a fork's, shared with the run it
+    #: was forked from): they wake it at each end instead (``wake_forks``).
+    foreign: bool = False
+
+    def arm(self) -> None:
+        """Mark the unfinished children with a new wait counting them, and find
+        whether the wait is settled already. In the transaction that suspends
+        the run, before its row is taken (see the races above)."""
+        wait_id = uuid.uuid4()
+        ids, unfinished = self.ids, ~Q(status__in=FINISHED_STATUSES)
+        own = _workflows().filter(unfinished, pk__in=ids, parent_id=self.workflow_id)
+        marked = own.update(awaited_by_wait=wait_id)  # locked in id order, as a cancel locks them
+        # A statement of its own: it sees the ends of the children the marking waited for.
+        found = (
+            _workflows()
+            .filter(pk__in=ids)
+            .aggregate(
+                rows=Count("pk"),
+                unfinished=Count("pk", filter=unfinished),
+                unsuccessful=Count("pk", filter=Q(status__in=UNSUCCESSFUL)),
+            )
+        )
+        self.foreign = found["unfinished"] > marked
+        self.settled = (
+            found["rows"] < len(set(ids))
+            or not found["unfinished"]
+            or (self.wake_on_failure and found["unsuccessful"] > 0)
+        )
+        if marked:
+            WorkflowWait.objects.using(conf.DATABASE).create(
+                id=wait_id,
+                workflow_id=self.workflow_id,
+                step_number=self.step_number,
+                unsettled=marked,
+                wake_on_failure=self.wake_on_failure,
+            )
+
+    def ready(self) -> bool:
+        """Whether the run has something to act on now: in the suspending
+        transaction, once the run's row is held (a fork's shared children are
+        read again there: they wake it by ``wake_forks``, which takes that row)."""
+        return self.settled or (self.foreign and children_settled(self.ids, self.wake_on_failure))
+
+
+def end_children_waits(workflow_id: uuid.UUID) -> None:
+    """The run's waits for children are over (its ``wait_for`` returned or
+    failed): their rows go. On its own, holding no other row: a child's end may
+    hold a wait's row and want the run's."""
+    WorkflowWait.objects.using(conf.DATABASE).filter(workflow_id=workflow_id).delete()
+
+
+def children_finished(finished: Mapping[uuid.UUID, uuid.UUID]) -> None:
+    """Children ended (``{child: its parent}``), in the transaction that ended
+    them, after their rows changed: their parents' waits are counted down
+    (``CHILDREN_FINISHED``) and a parent whose wait is settled is made due; a
+    fork that shares one of them is woken too (``wake_forks``)."""
+    with connections[conf.DATABASE].cursor() as cursor:
+        cursor.execute(CHILDREN_FINISHED, {"children": list(finished)})
+        queues = {queue for (queue,) in cursor.fetchall()}
+    for queue in sorted(queues):
+        notify_new_work(conf.DATABASE, queue)
+    wake_forks(finished)
+
+
+def wake_forks(finished: Mapping[uuid.UUID, uuid.UUID]) -> None:
+    """Children ended (``{child: its parent}``): each fork of their parents (or
+    of a fork of them) that copied the step starting one of them and waits for
+    it becomes due now, to re-check them: a fork shares the children its copied
+    steps started (see ``forks``), and never marks them with a wait of its own.
+    One look-up finding no fork, for most runs.
+
+    Each fork is locked first, waiting or not: a fork suspending at this moment
+    (``Lease.suspend``, whose ``ready()`` re-reads its shared children once its
+    row is held) either suspends before this (and is woken here) or after this
+    transaction commits (and its ``ready()`` sees the children finished). The
+    forks are looked up again once the ones known are locked, for a fork made
+    meanwhile.
     """
     parents = set(finished.values())
     locked: dict[uuid.UUID, tuple[str, str | None, str]] = {}
-    to_lock = parents | forks_of(parents)
+    to_lock = forks_of(parents)
     while to_lock:
         rows = (
             _workflows()
@@ -181,20 +318,20 @@ def wake_parents(finished: Mapping[uuid.UUID, uuid.UUID]) -> None:
             .values_list("pk", "status", "waiting_for", "queue")
         )
         locked.update((pk, (status, waiting_for, queue)) for pk, status, waiting_for, queue in rows)
-        to_lock = forks_of(set(locked)) - set(locked)
+        to_lock = forks_of(set(locked) | parents) - set(locked)
     waiting = {
         pk: queue
         for pk, (status, waiting_for, queue) in locked.items()
         if status == WorkflowStatus.PENDING and getattr(Wait.parse(waiting_for), "kind", None) == WaitKind.CHILDREN
     }
-    forks = set(waiting) - parents
-    if forks:  # a fork is woken only by a child its copied steps started
-        awaits = Q()
-        for child in finished:
-            awaits |= Q(output_data__children__contains=[str(child)])
-        steps = WorkflowStep.objects.using(conf.DATABASE).filter(awaits, status=StepStatus.PENDING)
-        awaiting = set(steps.filter(workflow_id__in=forks).values_list("workflow_id", flat=True))
-        waiting = {pk: queue for pk, queue in waiting.items() if pk in parents or pk in awaiting}
+    if not waiting:
+        return
+    awaits = Q()
+    for child in finished:
+        awaits |= Q(output_data__children__contains=[str(child)])
+    steps = WorkflowStep.objects.using(conf.DATABASE).filter(awaits, status=StepStatus.PENDING)
+    awaiting = set(steps.filter(workflow_id__in=waiting).values_list("workflow_id", flat=True))
+    waiting = {pk: queue for pk, queue in waiting.items() if pk in awaiting}
     if waiting and _workflows().filter(pk__in=waiting).update(run_after=None):
         for queue in sorted(set(waiting.values())):
             notify_new_work(conf.DATABASE, queue)

@@ -267,7 +267,7 @@ class Lease:
             self.checkpoint = None
             self._drop_placeholder()
             if self.parent_id is not None:
-                waits.wake_parents({self.id: self.parent_id})
+                waits.children_finished({self.id: self.parent_id})
 
     @_through_outages
     def fail(
@@ -324,14 +324,24 @@ class Lease:
                 _steps().create(workflow_id=self.id, step_number=number, **fields)
 
     @_through_outages
-    def suspend(self, until: datetime.datetime | None, wait: waits.Wait, ready: Callable[[], bool] | None) -> None:
+    def suspend(
+        self,
+        until: datetime.datetime | None,
+        wait: waits.Wait,
+        ready: Callable[[], bool] | None,
+        arm: Callable[[], None] | None = None,
+    ) -> None:
         """Release a waiting workflow to pending until ``until`` (or until woken),
-        without spending its attempt. ``ready()`` is checked after the release, in
-        the same transaction, so a wake-up that raced with it is never lost."""
+        without spending its attempt. ``arm()`` runs first, in the same
+        transaction, before the run's row is taken (a wait for children marks
+        them: ``waits.ChildrenWait``); ``ready()`` is checked after the release,
+        so a wake-up that raced with it is never lost."""
         wake_at = until or waits.WAIT_FOREVER
         if self.deadline is not None:
             wake_at = min(wake_at, self.deadline)
         with transaction.atomic(using=conf.DATABASE):
+            if arm is not None:
+                arm()
             self._fence(lambda rows: transitions.suspend(rows, wake_at, wait.text))
             if ready is not None and ready():
                 _workflows().filter(pk=self.id).update(run_after=None)

@@ -31,7 +31,7 @@ import dataclasses
 import datetime
 import inspect
 import time
-from collections.abc import Callable, Coroutine, Generator, Iterator, Sequence
+from collections.abc import Callable, Coroutine, Generator, Iterable, Iterator, Sequence
 from typing import Any
 
 from asgiref.sync import async_to_sync, sync_to_async
@@ -297,9 +297,17 @@ class AsyncWorkflowContext(WorkflowContext):
         """``WorkflowContext.start_child``."""
         return await self._on_thread(super().start_child)(workflow_type, input_data, **options)
 
-    async def wait_for(self, handles: Sequence[ChildHandle]) -> list[Any]:  # type: ignore[override]
+    async def start_children(  # type: ignore[override]
+        self, workflow_type: str, inputs: Iterable[Any], **options: Any
+    ) -> list[ChildHandle]:
+        """``WorkflowContext.start_children``."""
+        return await self._on_thread(super().start_children)(workflow_type, inputs, **options)
+
+    async def wait_for(  # type: ignore[override]
+        self, handles: Sequence[ChildHandle], *, return_exceptions: bool = False
+    ) -> list[Any]:
         """``WorkflowContext.wait_for``."""
-        return await self._on_thread(super().wait_for)(handles)
+        return await self._on_thread(super().wait_for)(handles, return_exceptions=return_exceptions)
 
     async def _within(self, number: int, name: str, limit: float | None, body: Any) -> Any:
         """Await ``body``, cancelling it at the step's ``limit`` (``StepTimeout``),

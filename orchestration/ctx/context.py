@@ -7,14 +7,14 @@ import inspect
 import logging
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from django.db import transaction
 
 from .. import clock, waits
-from ..api import start_workflow
+from ..api import start_batch, start_workflow
 from ..claim.lease import Lease, RecordedStep
 from ..conf import conf
 from ..errors import (
@@ -281,36 +281,110 @@ class WorkflowContext:
         self._completed(number, name, output, None)
         return ChildHandle(uuid.UUID(output["workflow_id"]), workflow_type)
 
-    def wait_for(self, handles: Sequence[ChildHandle]) -> list[Any]:
+    def start_children(
+        self, workflow_type: str, inputs: Iterable[Any], *, detached: bool = False, **options: Any
+    ) -> list[ChildHandle]:
+        """Start a child workflow per item of ``inputs`` and return their handles, in order.
+
+        The children are inserted in one statement (as ``start_workflows``,
+        whose options apply to every child) and recorded as one step, so a
+        replay reads one row, not one a child; exactly once, as ``start_child``.
+        Cancelling this run cancels them too, unless they are ``detached``."""
+        if not isinstance(detached, bool):
+            raise InvalidWorkflowInput(f"detached must be True or False, not {detached!r}.")
+        if "idempotency_keys" in options:
+            raise InvalidWorkflowInput(
+                "ctx.start_children sets idempotency_keys itself: a replay finds its children by them."
+            )
+        inputs = list(inputs)
+        name = f"start {len(inputs)} children {workflow_type}"[:200]
+        number, done, recorded_output = self._begin(name)
+        if done:
+            return [ChildHandle(uuid.UUID(child), workflow_type) for child in recorded_output["workflow_ids"]]
+        run = self._run
+
+        def start_children() -> dict[str, Any]:
+            keys = [waits.child_key(run.id, f"{number}:{n}") for n in range(len(inputs))]
+            parent = {"parent_id": run.id, "detached": detached}
+            children = start_batch(workflow_type, inputs, parent, idempotency_keys=keys, **options)
+            return {"workflow_type": workflow_type, "workflow_ids": [str(child.pk) for child in children]}
+
+        output = run.complete_step_with(number, start_children)
+        self._completed(number, name, output, None)
+        return [ChildHandle(uuid.UUID(child), workflow_type) for child in output["workflow_ids"]]
+
+    def wait_for(self, handles: Sequence[ChildHandle], *, return_exceptions: bool = False) -> list[Any]:
         """Wait until every child finished; return their outputs in the order of
         ``handles``, one for each handle (a child listed twice gives its output
-        twice). A failed or cancelled child fails this workflow with its error."""
+        twice). A failed or cancelled child fails this workflow with its error
+        (``ChildWorkflowFailed``), as soon as it ends; with ``return_exceptions``,
+        the wait lasts until every child finished and a failed one's place in
+        the list holds its ``ChildWorkflowFailed`` instead.
+
+        The run is woken once the wait can end, not at each child's end
+        (``waits.ChildrenWait``); the outcomes are read in one query."""
         ids = [handle.workflow_id for handle in handles]
         name = f"wait for {len(ids)} children"
         number, recorded = self._next(name)
         if recorded is not None and recorded.status == StepStatus.COMPLETED:
-            return list(recorded.output)
+            return self._recorded_outcomes(recorded.output, handles, return_exceptions)
+        run = self._run
         self._wait_started(number, name, recorded, None, None, extra={"children": [str(i) for i in ids]})
-        outcomes = self._run.outcomes_of(ids)
-        for handle in handles:
+        outcomes = run.outcomes_of(ids)
+        errors: dict[int, ChildWorkflowFailed] = {}
+        for n, handle in enumerate(handles):
             child = outcomes.get(handle.workflow_id)
             if child is None:
-                why = "no longer exists: its row was deleted while this workflow waited for it"
+                status, why = "deleted", "no longer exists: its row was deleted while this workflow waited for it"
             elif child["status"] in waits.UNSUCCESSFUL:
-                why = f"{child['status']}: {child['error_message']}"
+                status, why = child["status"], f"{child['status']}: {child['error_message']}"
             else:
                 continue
-            error = ChildWorkflowFailed(f"Child workflow {handle.workflow_id} ({handle.workflow_type}) {why}")
-            self._record_step_failure(number, name, error, None)
-            raise error
+            errors[n] = error = ChildWorkflowFailed(
+                f"Child workflow {handle.workflow_id} ({handle.workflow_type}) {why}",
+                workflow_id=handle.workflow_id,
+                workflow_type=handle.workflow_type,
+                status=status,
+            )
+            if not return_exceptions:
+                waits.end_children_waits(run.id)
+                self._record_step_failure(number, name, error, None)
+                raise error
         # Counted over ``ids``, not the rows: a child listed twice is two of them.
-        finished = sum(1 for child_id in ids if outcomes[child_id]["status"] == WorkflowStatus.COMPLETED)
-        if finished == len(ids):
-            outputs = [outcomes[child_id]["output_data"] for child_id in ids]
-            self._run.complete_step(number, outputs)
-            self._completed(number, name, outputs, None)
-            return outputs
-        raise Suspend(None, Wait.children(finished, len(ids)), ready=lambda: waits.children_settled(ids))
+        done = WorkflowStatus.COMPLETED
+        finished = len(errors) + sum(1 for n, i in enumerate(ids) if n not in errors and outcomes[i]["status"] == done)
+        if finished < len(ids):
+            wait = waits.ChildrenWait(run.id, number, ids, wake_on_failure=not return_exceptions)
+            raise Suspend(None, Wait.children(finished, len(ids)), ready=wait.ready, arm=wait.arm)
+        outputs = [errors.get(n) or outcomes[child_id]["output_data"] for n, child_id in enumerate(ids)]
+        recorded_outputs: Any = outputs
+        if errors:  # a failure is recorded as its text, and made an exception again on replay
+            recorded_outputs = {
+                "outputs": [None if n in errors else output for n, output in enumerate(outputs)],
+                "errors": {str(n): _failure_record(error) for n, error in errors.items()},
+            }
+        waits.end_children_waits(run.id)
+        run.complete_step(number, recorded_outputs)
+        self._completed(number, name, recorded_outputs, None)
+        return outputs
+
+    def _recorded_outcomes(self, output: Any, handles: Sequence[ChildHandle], return_exceptions: bool) -> list[Any]:
+        """A completed ``wait_for``'s outcomes as it returned them; a failure recorded
+        there is raised (the first) or, with ``return_exceptions``, in its place."""
+        if not isinstance(output, dict):
+            return list(output)
+        outputs = list(output["outputs"])
+        for n, failure in sorted(output["errors"].items(), key=lambda item: int(item[0])):
+            error = ChildWorkflowFailed(
+                failure["message"],
+                workflow_id=uuid.UUID(failure["workflow_id"]),
+                workflow_type=failure["workflow_type"],
+                status=failure["status"],
+            )
+            if not return_exceptions:
+                raise error
+            outputs[int(n)] = error
+        return outputs
 
     # -- helpers ------------------------------------------------------------
 
@@ -470,6 +544,16 @@ ATOMIC_STEP_IS_SYNC = (
     "atomic_step runs a plain function inside transaction.atomic() (an async one cannot share it); "
     "use ctx.step for an async body"
 )
+
+
+def _failure_record(error: ChildWorkflowFailed) -> dict[str, Any]:
+    """How a ``wait_for`` with ``return_exceptions`` records a child's failure."""
+    return {
+        "workflow_id": str(error.workflow_id),
+        "workflow_type": error.workflow_type,
+        "status": error.status,
+        "message": str(error),
+    }
 
 
 def _left(moment: datetime.datetime) -> float:

@@ -154,8 +154,8 @@ def _ended(run: Lease, ctx: WorkflowContext | None, exc: BaseException, started:
         return _settle(run, run.release, Outcome.RELEASED, "released to pending for shutdown")
     if isinstance(exc, Suspend):
         # No time limit: WAIT_FOREVER, in the form the run's deadline is compared in (USE_TZ).
-        until, wait, ready = exc.until or moments.as_django(WAIT_FOREVER), exc.wait, exc.ready
-        return _settle(run, lambda: run.suspend(until, wait, ready), Outcome.WAITING, f"waiting for {wait.text}")
+        until, wait, ready, arm = exc.until or moments.as_django(WAIT_FOREVER), exc.wait, exc.ready, exc.arm
+        return _settle(run, lambda: run.suspend(until, wait, ready, arm), Outcome.WAITING, f"waiting for {wait.text}")
     if isinstance(exc, NotRegisteredHere):
         return _give_back_unregistered(run)
     if isinstance(exc, DeadlineExceeded):

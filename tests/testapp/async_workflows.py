@@ -152,3 +152,11 @@ async def asleep_in_the_database(ctx: Any, seconds: float) -> None:
 async def async_sleeps_in_the_database(ctx: Any, data: Any) -> Any:
     seconds, timeout = data["seconds"], data["timeout"]
     return await ctx.step("sleep in the database", asleep_in_the_database, ctx, seconds, timeout=timeout)
+
+
+@workflow("async_batch", max_retries=0)
+async def async_batch(ctx: Any, data: Any) -> Any:
+    """``batch``, awaited: ``square_or_fail`` children, their outcomes with failures as their status."""
+    handles = await ctx.start_children("square_or_fail", data["inputs"])
+    outcomes = await ctx.wait_for(handles, return_exceptions=True)
+    return [{"failed": outcome.status} if isinstance(outcome, Exception) else outcome for outcome in outcomes]

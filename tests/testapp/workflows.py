@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 import time
 from typing import Any
 
 from django.db import connection
 from pydantic import BaseModel
 
-from orchestration import EventTimeout, PermanentError, workflow
+from orchestration import ChildWorkflowFailed, EventTimeout, PermanentError, workflow
 from orchestration.observability import observe
 
 from .models import LedgerEntry, StepRun
@@ -137,6 +138,37 @@ def fan_out(ctx: Any, data: dict[str, Any]) -> Any:
     child, extra, options = data.get("child", "square"), data.get("child_input", {}), data.get("child_options", {})
     children = [ctx.start_child(child, {"n": n, **extra}, **options) for n in range(data["children"])]
     return ctx.wait_for(children)
+
+
+@workflow("batch", max_retries=0)
+def batch(ctx: Any, data: dict[str, Any]) -> Any:
+    """A child of type ``child`` per item of ``inputs`` (``ctx.start_children``, with
+    ``options``), waited for with ``return_exceptions`` as given; returns each
+    outcome, a failure as ``{"failed": its status}``. Each claim of it adds a
+    ``StepRun`` labelled "batch claimed" (not a step: a replay adds one too)."""
+    StepRun.objects.create(workflow_id=ctx.workflow_id, step_number=0, label="batch claimed", pid=os.getpid())
+    handles = ctx.start_children(data.get("child", "square"), data["inputs"], **data.get("options", {}))
+    outcomes = ctx.wait_for(handles, return_exceptions=data.get("return_exceptions", False))
+    return [{"failed": outcome.status} if isinstance(outcome, ChildWorkflowFailed) else outcome for outcome in outcomes]
+
+
+@workflow("square_or_fail", max_retries=0)
+def square_or_fail(ctx: Any, data: dict[str, Any]) -> Any:
+    """``square``, or a permanent failure where the input says ``"fail": true``."""
+    if data.get("fail"):
+        return ctx.step("square", raise_permanent, ctx)
+    return ctx.step("square", lambda: data["n"] * data["n"])
+
+
+#: Barriers by name, for ``meets_the_others``: set up by a test whose threads run the children.
+RENDEZVOUS: dict[str, threading.Barrier] = {}
+
+
+@workflow("meets_the_others", max_retries=0)
+def meets_the_others(ctx: Any, data: dict[str, Any]) -> Any:
+    """A step that returns once every party of ``RENDEZVOUS[data["barrier"]]`` reached it:
+    children that end at the same moment."""
+    return ctx.step("meet", lambda: RENDEZVOUS[data["barrier"]].wait(timeout=20))
 
 
 @workflow("waits_for_one_child_twice", max_retries=0)

@@ -1,0 +1,139 @@
+"""Fan-out: ``ctx.start_children`` starts a batch in one recorded step, and
+``ctx.wait_for`` wakes its parent once the wait can end, with every child's
+outcome (``return_exceptions``) or at the first failure."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from orchestration import cancel_workflow, fork_workflow, send_event, start_workflow
+from orchestration.claim import claims
+from orchestration.models import Workflow, WorkflowStep
+from orchestration.worker import execute
+from tests.support import drain
+from tests.testapp.models import StepRun
+
+pytestmark = pytest.mark.django_db
+
+
+def batch(inputs: list[Any], **data: Any) -> Workflow:
+    return start_workflow("batch", {"inputs": inputs, **data})
+
+
+def claims_of(parent: Workflow) -> int:
+    """How many times ``batch`` ran: its first claim, and each wake-up."""
+    return StepRun.objects.filter(workflow_id=parent.pk, label="batch claimed").count()
+
+
+def children_of(parent: Workflow) -> list[Workflow]:
+    """In the order they were started (their keys end with their index)."""
+    children = Workflow.objects.filter(parent=parent)
+    return sorted(children, key=lambda child: int(child.idempotency_key.rsplit(":", 1)[1]))
+
+
+def waiting_batch(count: int, **data: Any) -> tuple[Workflow, list[Workflow]]:
+    """A parent waiting for ``count`` children, each waiting for its "approval" event."""
+    parent = batch([{}] * count, child="awaits_approval", **data)
+    assert drain() == ["waiting"] * (count + 1)
+    return parent, children_of(parent)
+
+
+def approve(child: Workflow, decision: str) -> None:
+    send_event(child, "approval", decision)
+
+
+def test_start_children__starts_every_child_in_one_recorded_step_and_returns_outputs_in_order():
+    parent = batch([{"n": n} for n in range(5)])
+    drain()
+    parent.refresh_from_db()
+    assert (parent.status, parent.output_data) == ("completed", [0, 1, 4, 9, 16])
+    steps = WorkflowStep.objects.filter(workflow_id=parent.pk).order_by("step_number")
+    assert [step.step_name for step in steps] == ["start 5 children square", "wait for 5 children"]
+    children = children_of(parent)
+    assert [child.input_data for child in children] == [{"n": n} for n in range(5)]
+    assert steps[0].output_data["workflow_ids"] == [str(child.pk) for child in children]
+
+
+def test_start_children__a_replay_gets_the_same_children_back():
+    parent, children = waiting_batch(3)
+    Workflow.objects.filter(pk=parent.pk).update(run_after=None)  # woken early: it replays its steps
+    assert drain() == ["waiting"]
+    assert children_of(parent) == children
+
+
+def test_start_children__gives_every_child_the_options():
+    parent = batch([{"n": 1}, {"n": 2}], options={"queue": "batch", "priority": 7, "detached": True})
+    drain()
+    children = children_of(parent)
+    assert [(c.queue, c.priority, c.detached, c.parent_id) for c in children] == [("batch", 7, True, parent.pk)] * 2
+
+
+def test_wait_for__the_parent_sleeps_until_its_last_child_ends():
+    parent, (first, second, third) = waiting_batch(3)
+    approve(first, "a")
+    approve(second, "b")
+    assert drain() == ["completed", "completed"]  # the children only
+    parent.refresh_from_db()
+    assert parent.status == "pending" and parent.run_after is not None
+    approve(third, "c")
+    assert drain() == ["completed", "completed"]  # the last child, then its parent
+    parent.refresh_from_db()
+    assert parent.output_data == [{"decision": "a"}, {"decision": "b"}, {"decision": "c"}]
+    assert claims_of(parent) == 2
+
+
+def test_wait_for__a_failed_child_wakes_its_parent_at_once_and_fails_it():
+    parent, (first, _, _) = waiting_batch(3)
+    cancel_workflow(first, "not needed")
+    assert drain() == ["failed"]
+    parent.refresh_from_db()
+    assert f"ChildWorkflowFailed: Child workflow {first.pk} (awaits_approval) cancelled" in parent.error_message
+
+
+def test_wait_for__return_exceptions__waits_for_every_child_and_returns_failures_in_their_place():
+    parent, (first, second, third) = waiting_batch(3, return_exceptions=True)
+    cancel_workflow(second, "not needed")
+    assert drain() == [], "a failure does not end a wait that returns exceptions"
+    approve(first, "a")
+    approve(third, "c")
+    assert drain() == ["completed", "completed", "completed"]
+    parent.refresh_from_db()
+    assert parent.output_data == [{"decision": "a"}, {"failed": "cancelled"}, {"decision": "c"}]
+    assert claims_of(parent) == 2
+
+
+def test_wait_for__return_exceptions__a_replay_returns_the_same_failures():
+    parent = batch([{"n": 2}, {"n": 3, "fail": True}], child="square_or_fail", return_exceptions=True)
+    drain()
+    parent.refresh_from_db()
+    assert parent.output_data == [4, {"failed": "failed"}]
+    fork = fork_workflow(parent, from_step=3)  # replays the two steps from their checkpoints
+    drain()
+    fork.refresh_from_db()
+    assert (fork.status, fork.output_data) == ("completed", parent.output_data)
+
+
+def wake_up_queries(children: int) -> int:
+    """The queries of a parent's wake-up once its ``children`` completed."""
+    parent = batch([{"n": n} for n in range(children)])
+    assert execute(claims.claim("w", None)[0]) == "waiting"
+    Workflow.objects.filter(parent=parent).update(status="completed", output_data=1)
+    Workflow.objects.filter(pk=parent.pk).update(run_after=None)
+    with CaptureQueriesContext(connection) as queries:
+        assert execute(claims.claim("w", None)[0]) == "completed"
+    return len(queries)
+
+
+def test_wait_for__a_parent_of_many_children_wakes_in_as_few_queries_as_one_of_three():
+    assert wake_up_queries(1_000) == wake_up_queries(3)
+
+
+def test_async_wait_for__return_exceptions__returns_failures_in_their_place():
+    parent = start_workflow("async_batch", {"inputs": [{"n": 2}, {"n": 3, "fail": True}]})
+    drain()
+    parent.refresh_from_db()
+    assert (parent.status, parent.output_data) == ("completed", [4, {"failed": "failed"}])

@@ -305,19 +305,27 @@ class WorkflowEvent(models.Model):
 
 class WorkflowWait(models.Model):
     """A run waiting in ``ctx.wait_for`` for its children: how many of them are
-    unfinished, so that a finishing child decrements it and tests it in one
-    statement, and the parent is woken once, when its wait can end
-    (``waits.children_finished``), not at every child's end. Written by the
-    parent as it suspends (``waits.arm_children_wait``), which marks each
-    unfinished child with it (``Workflow.awaited_by_wait``)."""
+    unfinished, so that a finishing child counts itself out in one statement,
+    and the parent is woken once, when its wait can end, not at every child's
+    end (``waits``, "a wait for children"). Written by the parent as it
+    suspends, which marks each unfinished child with the wait
+    (``Workflow.awaited_by_wait``).
 
-    id = models.UUIDField(primary_key=True)
+    A wait is a row per slot (``slot`` >= 0: the children whose id falls in
+    it, ``waits.SLOTS`` of them), so that children ending at once count
+    themselves out on different rows, each held until its commit, and a head
+    (``slot`` -1: all of them) that only the child emptying a slot takes, to
+    see whether every slot is empty."""
+
+    id = models.BigAutoField(primary_key=True)
+    wait = models.UUIDField()
+    slot = models.SmallIntegerField()
     #: The waiting run (no constraint: a run deleted by SQL leaves its waits, which no child names any more).
     workflow = models.ForeignKey(
         Workflow, on_delete=models.CASCADE, related_name="+", db_column="workflow_id", db_constraint=False
     )
     step_number = models.IntegerField()
-    #: Awaited children not finished yet; the wait is settled at 0.
+    #: Awaited children of the slot not finished yet (of the wait, for the head).
     unsettled = models.IntegerField()
     #: A failed or cancelled child settles it at once (``wait_for`` without ``return_exceptions``).
     wake_on_failure = models.BooleanField()
@@ -325,9 +333,10 @@ class WorkflowWait(models.Model):
 
     class Meta:
         db_table = "workflow_waits"
+        constraints = [models.UniqueConstraint(fields=["wait", "slot"], name="uniq_workflow_waits_slot")]
 
     def __str__(self) -> str:
-        return f"wait of {self.workflow_id} at step {self.step_number}: {self.unsettled} unsettled"
+        return f"wait {self.wait} of {self.workflow_id}, slot {self.slot}: {self.unsettled} unsettled"
 
 
 class StepQuerySet(models.QuerySet["WorkflowStep"]):

@@ -20,6 +20,7 @@ from django.db import connections
 from django.db.models import Count, Q
 from django.db.models.functions import Now
 
+from .claim.wire import run
 from .conf import conf
 from .listen import notify_new_work
 from .models import (
@@ -167,52 +168,108 @@ def wake_event_waiter(workflow_id: uuid.UUID, name: str, queue: str) -> None:
 # -- a wait for children: woken once it can end --------------------------------------
 #
 # A parent suspending in ``ctx.wait_for`` marks each awaited child that is not
-# finished with a new ``WorkflowWait`` that counts them (``ChildrenWait.arm``).
-# A child's end decrements its wait and tests it in one statement
-# (``CHILDREN_FINISHED``), and only the end that settles the wait (the last
-# child, or a failed one) makes the parent due: a parent of 10,000 children is
-# claimed once, not once a child, and the children queue on the small wait row
-# for the moment of their commit, not on the parent's row.
+# finished with a new wait (``ARM``): a ``WorkflowWait`` row per slot counting
+# the slot's children (a child's slot is a byte of its id, of ``SLOTS``), and a
+# head. A child's end counts itself out of its slot (``CHILDREN_FINISHED``);
+# the child that empties a slot, and a failed one, then hold the head and look
+# at every slot (``SETTLED``); and only a wait found settled (every slot empty,
+# or a failure where the wait ends at one) makes the parent due. A parent of
+# 10,000 children is claimed once, not once a child, and children ending at
+# once hold different slot rows until their commits, not one row: the slot
+# counts, like the parent's row before them, are held until the commit that
+# counted, so one row for all would let one child end a commit at a time.
 #
-# Races. Two last children: each decrements the wait's row, which the first
-# holds until it commits; the second's decrement is made on the first's result
-# (READ COMMITTED re-evaluates an UPDATE on the row version it waited for), so
-# exactly one of them sees the count reach 0. The last child and the parent
-# suspending: the parent marks a child under that child's row lock, and a child
-# ends under it too, so either the child ended first (it is not marked, not
-# counted: a wait of none left is settled at once) or it is marked first (its
-# end waits for the parent's commit, then finds the wait). The parent marks its
-# children before it takes its own row (the fence), the order a child's end
-# takes them in (its row, the wait's, the parent's), so the two never deadlock.
+# Races. Two last children: a slot's counts are made one after the other, each
+# on the one committed before it (READ COMMITTED re-evaluates an UPDATE on the
+# row version it waited for), so exactly one child empties each slot. The
+# children that empty slots take the head in turn, each holding it until its
+# commit, and read the slots in a statement after taking it: the last to take
+# it sees every other slot's last count committed, finds the wait settled and
+# wakes the parent. The last child and the parent suspending: the parent marks
+# a child under that child's row lock, and a child ends under it too, so
+# either the child ended first (it is not marked, not counted: a wait with none
+# left is settled at once, ``ChildrenWait.ready``) or it was marked first (its
+# end waits for the parent's commit, then counts itself out). Locks are taken
+# in one order: a child's row, its slot, the head, the parent's row; the parent
+# marks its children before it takes its own row (the fence).
+
+#: How many slots a wait's count is spread over: a few times the threads that
+#: may end children at once, so that two of them rarely count on one row.
+SLOTS = 64
+
+#: A child's slot, of its id (a UUIDv7's last byte is random).
+_SLOT = f"get_byte(uuid_send(id), 15) %% {SLOTS}"
+
+#: Mark the unfinished children ``%(ids)s`` of run ``%(run)s`` with wait
+#: ``%(wait)s`` and count them, per slot and in the head (slot -1); returns the
+#: head's count (no row: none marked).
+ARM = f"""
+WITH marked AS (
+    UPDATE workflows SET awaited_by_wait = %(wait)s
+    WHERE id = ANY(%(ids)s::uuid[]) AND parent_id = %(run)s AND status NOT IN ('completed', 'failed', 'cancelled')
+    RETURNING {_SLOT} AS slot
+), counts AS (
+    SELECT slot, count(*) AS unsettled FROM marked GROUP BY slot
+    UNION ALL
+    SELECT -1, count(*) FROM marked HAVING count(*) > 0
+), head AS (
+    INSERT INTO workflow_waits (wait, slot, workflow_id, step_number, unsettled, wake_on_failure)
+    SELECT %(wait)s, slot, %(run)s, %(step)s, unsettled, %(wake_on_failure)s FROM counts
+    RETURNING slot, unsettled
+)
+SELECT unsettled FROM head WHERE slot = -1
+"""
 
 #: The children ``%(children)s`` just ended, in the transaction that ended them
-#: (after their rows changed): each wait they count in is decremented, and the
-#: runs whose wait is settled (none left, or a failed or cancelled child where
-#: the wait ends on a failure) are made due, their queues returned. A child
-#: that counts in no wait wakes its parent only if the parent waits for
-#: children with no wait of the new kind (suspended by the previous release).
-#: One statement: the decrement and its test cannot be split by another end.
-CHILDREN_FINISHED = """
+#: (after their rows changed): each counts itself out of its wait's slot.
+#: Returns the waits to look at (``SETTLED``): those a slot of which is now
+#: empty (``wait``), and those of a failed or cancelled child (``failed``); and, as ``parent``, the
+#: parent of a child that counts in no wait, if the parent waits for children
+#: with no wait of this kind (one the previous release suspended: woken at each
+#: end); and, as ``forked``, a parent that has forks (``wake_forks``: most have none).
+CHILDREN_FINISHED = f"""
 WITH finished AS MATERIALIZED (
-    SELECT id, parent_id, awaited_by_wait AS wait, status IN ('failed', 'cancelled') AS unsuccessful
+    SELECT id, parent_id, awaited_by_wait AS wait, {_SLOT} AS slot, status IN ('failed', 'cancelled') AS unsuccessful
     FROM workflows
     WHERE id = ANY(%(children)s::uuid[]) AND status IN ('completed', 'failed', 'cancelled')
 ), counted AS (
     UPDATE workflow_waits AS w SET unsettled = w.unsettled - f.ended
-    FROM (SELECT wait, count(*) AS ended, bool_or(unsuccessful) AS unsuccessful
-          FROM finished WHERE wait IS NOT NULL GROUP BY wait) AS f
-    WHERE w.id = f.wait
-    RETURNING w.workflow_id, w.unsettled <= 0 OR (w.wake_on_failure AND f.unsuccessful) AS settled
-), settled AS (
-    SELECT workflow_id AS id FROM counted WHERE settled
-    UNION
-    SELECT f.parent_id FROM finished AS f
-    WHERE f.wait IS NULL AND f.parent_id IS NOT NULL
-      AND NOT EXISTS (SELECT FROM workflow_waits AS w WHERE w.workflow_id = f.parent_id)
+    FROM (SELECT wait, slot, count(*) AS ended FROM finished WHERE wait IS NOT NULL GROUP BY wait, slot) AS f
+    WHERE w.wait = f.wait AND w.slot = f.slot
+    RETURNING w.wait, w.unsettled
 )
+SELECT 'wait', wait FROM counted WHERE unsettled <= 0
+UNION
+SELECT 'failed', wait FROM finished WHERE wait IS NOT NULL AND unsuccessful
+UNION
+SELECT 'parent', f.parent_id FROM finished AS f
+WHERE f.wait IS NULL AND f.parent_id IS NOT NULL
+  AND NOT EXISTS (SELECT FROM workflow_waits AS w WHERE w.workflow_id = f.parent_id)
+UNION
+SELECT 'forked', f.parent_id FROM finished AS f
+WHERE f.parent_id IS NOT NULL AND EXISTS (SELECT FROM workflows AS k WHERE k.forked_from_id = f.parent_id)
+"""
+
+#: The heads of waits ``%(waits)s``, held until the commit, in one order.
+HOLD_HEADS = """
+SELECT wait FROM workflow_waits WHERE wait = ANY(%(waits)s::uuid[]) AND slot = -1 ORDER BY wait FOR NO KEY UPDATE
+"""
+
+#: Of waits ``%(waits)s`` (their heads held: a statement of its own, which sees
+#: every count committed before the heads were taken), the runs whose wait is
+#: settled: every slot empty, or a failed or cancelled child ``%(failed)s``
+#: counts in it and it ends at one.
+SETTLED = """
+SELECT head.workflow_id FROM workflow_waits AS head
+WHERE head.wait = ANY(%(waits)s::uuid[]) AND head.slot = -1
+  AND ((head.wake_on_failure AND head.wait = ANY(%(failed)s::uuid[]))
+       OR NOT EXISTS (SELECT FROM workflow_waits AS s WHERE s.wait = head.wait AND s.slot >= 0 AND s.unsettled > 0))
+"""
+
+#: Make the runs ``%(runs)s`` due if they still wait for children; returns their queues.
+WAKE = """
 UPDATE workflows SET run_after = NULL
-WHERE id IN (SELECT id FROM settled) AND status = 'pending' AND run_after IS NOT NULL
-  AND waiting_for LIKE 'children:%%'
+WHERE id = ANY(%(runs)s::uuid[]) AND status = 'pending' AND run_after IS NOT NULL AND waiting_for LIKE 'children:%%'
 RETURNING queue
 """
 
@@ -233,13 +290,21 @@ class ChildrenWait:
     foreign: bool = False
 
     def arm(self) -> None:
-        """Mark the unfinished children with a new wait counting them, and find
-        whether the wait is settled already. In the transaction that suspends
-        the run, before its row is taken (see the races above)."""
-        wait_id = uuid.uuid4()
+        """Mark the unfinished children with a new wait counting them (``ARM``),
+        and find whether the wait is settled already. In the transaction that
+        suspends the run, before its row is taken (see the races above)."""
         ids, unfinished = self.ids, ~Q(status__in=FINISHED_STATUSES)
-        own = _workflows().filter(unfinished, pk__in=ids, parent_id=self.workflow_id)
-        marked = own.update(awaited_by_wait=wait_id)  # locked in id order, as a cancel locks them
+        params: dict[str, Any] = {
+            "wait": uuid.uuid4(),
+            "ids": ids,
+            "run": self.workflow_id,
+            "step": self.step_number,
+            "wake_on_failure": self.wake_on_failure,
+        }
+        with connections[conf.DATABASE].cursor() as cursor:
+            cursor.execute(ARM, params)
+            head = cursor.fetchone()
+        marked = head[0] if head else 0
         # A statement of its own: it sees the ends of the children the marking waited for.
         found = (
             _workflows()
@@ -256,14 +321,6 @@ class ChildrenWait:
             or not found["unfinished"]
             or (self.wake_on_failure and found["unsuccessful"] > 0)
         )
-        if marked:
-            WorkflowWait.objects.using(conf.DATABASE).create(
-                id=wait_id,
-                workflow_id=self.workflow_id,
-                step_number=self.step_number,
-                unsettled=marked,
-                wake_on_failure=self.wake_on_failure,
-            )
 
     def ready(self) -> bool:
         """Whether the run has something to act on now: in the suspending
@@ -274,22 +331,34 @@ class ChildrenWait:
 
 def end_children_waits(workflow_id: uuid.UUID) -> None:
     """The run's waits for children are over (its ``wait_for`` returned or
-    failed): their rows go. On its own, holding no other row: a child's end may
-    hold a wait's row and want the run's."""
-    WorkflowWait.objects.using(conf.DATABASE).filter(workflow_id=workflow_id).delete()
+    failed): their rows go, the slots first and then the heads, each in a
+    statement of its own holding no other row, the order a child's end takes
+    them in (it may hold a slot and want the head, or the head and want the run's row)."""
+    waits = WorkflowWait.objects.using(conf.DATABASE).filter(workflow_id=workflow_id)
+    waits.filter(slot__gte=0).delete()
+    waits.delete()
 
 
 def children_finished(finished: Mapping[uuid.UUID, uuid.UUID]) -> None:
     """Children ended (``{child: its parent}``), in the transaction that ended
-    them, after their rows changed: their parents' waits are counted down
-    (``CHILDREN_FINISHED``) and a parent whose wait is settled is made due; a
-    fork that shares one of them is woken too (``wake_forks``)."""
-    with connections[conf.DATABASE].cursor() as cursor:
-        cursor.execute(CHILDREN_FINISHED, {"children": list(finished)})
-        queues = {queue for (queue,) in cursor.fetchall()}
-    for queue in sorted(queues):
-        notify_new_work(conf.DATABASE, queue)
-    wake_forks(finished)
+    them, after their rows changed: they count themselves out of their
+    parents' waits (``CHILDREN_FINISHED``), and a parent whose wait is now
+    settled (``SETTLED``) is made due; a fork that shares one of them is woken
+    too (``wake_forks``). Most ends are one statement: the child that empties
+    a slot, or fails, looks at its wait."""
+    alias = conf.DATABASE
+    found = run(alias, CHILDREN_FINISHED, {"children": list(finished)})  # the hot path's way: see ``wire``
+    waits = sorted({wait for kind, wait in found if kind in ("wait", "failed")})
+    runs = [parent for kind, parent in found if kind == "parent"]
+    if waits:
+        run(alias, HOLD_HEADS, {"waits": waits})
+        failed = [wait for kind, wait in found if kind == "failed"]
+        runs += [parent for (parent,) in run(alias, SETTLED, {"waits": waits, "failed": failed})]
+    if runs:
+        for queue in sorted({queue for (queue,) in run(alias, WAKE, {"runs": runs})}):
+            notify_new_work(alias, queue)
+    if any(kind == "forked" for kind, _ in found):
+        wake_forks(finished)
 
 
 def wake_forks(finished: Mapping[uuid.UUID, uuid.UUID]) -> None:

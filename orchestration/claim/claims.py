@@ -19,10 +19,13 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from django.db import transaction
+
+from .. import waits
 from ..conf import conf
 from . import statements
 from .lease import Lease, completion_params
@@ -67,6 +70,25 @@ def finish_and_claim(
     if limited is None:
         known = rules_of(queues)
         limited, keys_or_rates = known.limited, known.keys_or_rates
+
+    def statement(completing: list[FinishedRun], claiming: int) -> tuple[list[Lease], set[uuid.UUID]]:
+        return _statement(worker_id, queues, completing, claiming, limited, keys_or_rates, limited_room)
+
+    if any(item.run.parent_id is not None for item in finished):
+        return _finish_children_and_claim(finished, limit, statement)
+    return statement(finished, limit)
+
+
+def _statement(
+    worker_id: str,
+    queues: list[str] | None,
+    finished: list[FinishedRun],
+    limit: int,
+    limited: bool,
+    keys_or_rates: bool,
+    limited_room: int | None,
+) -> tuple[list[Lease], set[uuid.UUID]]:
+    """``finish_and_claim`` in its one statement."""
     params = {**claim_params(worker_id, queues, finished), "limit": limit}
     if limited:
         room = limit if limited_room is None else limited_room
@@ -78,6 +100,26 @@ def finish_and_claim(
         if item.run.id in completed:
             item.run.checkpoint = None
     return _leases(row[:-1] for row in rows if row[0] is not None), completed
+
+
+def _finish_children_and_claim(
+    finished: list[FinishedRun],
+    limit: int,
+    statement: Callable[[list[FinishedRun], int], tuple[list[Lease], set[uuid.UUID]]],
+) -> tuple[list[Lease], set[uuid.UUID]]:
+    """``finish_and_claim`` of finished runs some of which are children: in one
+    transaction, the completions, the children counted in their parents' waits
+    (``waits.children_finished``), then the claim. The claim comes last: it
+    skips the rows others hold, so this never waits for a row while holding
+    runs it claimed, which a child's end elsewhere may want to wake."""
+    with transaction.atomic(using=conf.DATABASE):
+        _, completed = statement(finished, 0)
+        ended = {item.run.id: item.run.parent_id for item in finished if item.run.id in completed}
+        children = {child: parent for child, parent in ended.items() if parent is not None}
+        if children:
+            waits.children_finished(children)
+        claimed, _ = statement([], limit) if limit else ([], set())
+    return claimed, completed
 
 
 def only_handed_over(rules: Rules, finished: list[FinishedRun], limit: int, limited_room: int | None) -> bool:

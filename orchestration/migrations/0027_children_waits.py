@@ -1,13 +1,13 @@
 """Fan-out at scale: a parent is woken once its wait for children can end.
 
 ``workflow_waits`` (a new table: no lock on any other) holds, for each parent
-suspended in ``ctx.wait_for``, how many awaited children are unfinished; and
-``workflows.awaited_by_wait`` (nullable, no default: no rewrite, a lock held
-only for a moment, ``WithLockTimeout``: every worker writes this table) marks
-each such child with the wait its end decrements. The previous release's
-workers neither write nor read either: their children wake a parent at each
-end as before, and a parent they suspended is woken by the new release's
-children in the old way (``waits.CHILDREN_FINISHED``).
+suspended in ``ctx.wait_for``, how many awaited children are unfinished, a row
+per slot of them and a head; ``workflows.awaited_by_wait`` (nullable, no
+default: no rewrite, a lock held only for a moment, ``WithLockTimeout``: every
+worker writes this table) marks each such child with the wait its end counts
+down. The previous release's workers neither write nor read either: their
+children wake a parent at each end, as before, and a parent they suspended is
+woken by the new release's children in the old way (``waits.CHILDREN_FINISHED``).
 """
 
 import django.db.models.deletion
@@ -33,7 +33,9 @@ class Migration(migrations.Migration):
         migrations.CreateModel(
             name="WorkflowWait",
             fields=[
-                ("id", models.UUIDField(primary_key=True, serialize=False)),
+                ("id", models.BigAutoField(primary_key=True, serialize=False)),
+                ("wait", models.UUIDField()),
+                ("slot", models.SmallIntegerField()),
                 ("step_number", models.IntegerField()),
                 ("unsettled", models.IntegerField()),
                 ("wake_on_failure", models.BooleanField()),
@@ -51,6 +53,7 @@ class Migration(migrations.Migration):
             ],
             options={
                 "db_table": "workflow_waits",
+                "constraints": [models.UniqueConstraint(fields=("wait", "slot"), name="uniq_workflow_waits_slot")],
             },
         ),
     ]

@@ -68,8 +68,8 @@ def execute(
 ) -> Outcome:
     """Run one claimed attempt of a workflow and record its outcome.
 
-    With ``finish_later``, a run that returned and has no parent to wake is
-    handed to it instead of being completed here (``Outcome.FINISHING``).
+    With ``finish_later``, a run that returned is handed to it instead of
+    being completed here (a child counts in its parent's wait there too) (``Outcome.FINISHING``).
     Never raises for anything the workflow does: any ``BaseException`` it
     raises (``KeyboardInterrupt``, ``SystemExit`` ...) fails the attempt like
     an error, and the engine's control flow ends it as it says.
@@ -137,7 +137,7 @@ def _prepare(
 def _returned(run: Lease, result: Any, started: float, finish_later: Callable[[FinishedRun], None] | None) -> Outcome:
     """Complete a run whose function returned ``result`` (or hand it to ``finish_later``)."""
     encoded = to_json_text(result, lambda: f"The return value of workflow {run.workflow_type!r}")
-    if finish_later is not None and run.parent_id is None and run.placeholder is None:
+    if finish_later is not None and run.placeholder is None:
         finish_later(FinishedRun(run, encoded, started))
         return Outcome.FINISHING
     run.complete(json.loads(encoded))  # as jsonb will read it back

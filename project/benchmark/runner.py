@@ -28,7 +28,7 @@ import psycopg
 from orchestration import start_workflow, start_workflows
 from orchestration.conf import conf
 
-from . import limit, not_due, results
+from . import fan_out, limit, not_due, results
 from .cpu import CpuMeter, server_backends
 from .figures import Figure
 from .internals import claim_sql_for_explain, queue_database
@@ -51,7 +51,7 @@ NOT_BINDING = 10_000
 FLOW_CONTROL = ("no_limit", "limit_not_binding", "concurrency_limit", "key_limit")
 #: What ``Options.only`` may name: the drains of each round, in order, then the phases around them.
 MEASUREMENTS = ("limit_3", "multi_step", "limit_1", "loaded", "one_step", "not_due", "backlog", *FLOW_CONTROL,
-                "single_enqueue", "latency", "results", "wake", "rss")  # fmt: skip
+                "single_enqueue", "latency", "results", "wake", "fan_out", "rss")  # fmt: skip
 
 
 @dataclass
@@ -78,6 +78,8 @@ class Options:
     not_due: int = 0
     #: Timers ending at once, then as many new runs, each drained by the "waiting" database's workers (0: none).
     wake: int = 0
+    #: Children of the fan-out's parent, beside as many independent runs (0: no fan-out measured).
+    fan_out: int = 0
     #: Only these measurements (``MEASUREMENTS``; empty: all of them).
     only: list[str] = field(default_factory=list)
 
@@ -161,6 +163,8 @@ class Benchmark:
                     self._result_waits()
                 if opts.wake and opts.wants("wake"):
                     self._wake()
+                if opts.fan_out and opts.wants("fan_out"):
+                    self._fan_out(empty)
                 self._figures_from(self.samples)
                 if not opts.only:
                     self._hot_updates()
@@ -340,6 +344,53 @@ class Benchmark:
             self.figures["wake_new"].metric, woken / new, (">=", 1.0),
         )  # fmt: skip
         self.figures["wake_timers_gap"] = Figure("  longest time no run started", woken_gap, "s")
+
+    def _fan_out(self, workers: Workers) -> None:
+        """One parent of ``fan_out`` one-step children, then as many independent
+        one-step runs, on the "empty" database's workers, ``repeat`` times in
+        alternating order: the seconds of each, their ratio (paired by round),
+        the parent's wake-ups, and how much the workers' peak memory grew."""
+        count, rounds = self.options.fan_out, self.options.repeat
+        fan_out.prepare(self.empty)
+        peak_before = max(workers.peak_rss_mb(), default=0.0)
+        parent: list[float] = []
+        independent: list[float] = []
+        wake_ups: list[float] = []
+        for round_number in range(rounds):
+            order = ("parent", "independent") if round_number % 2 == 0 else ("independent", "parent")
+            for measured in order:
+                fan_out.reset(self.empty)
+                if measured == "parent":
+                    seconds, woken = fan_out.one_parent(self.empty, count)
+                    parent.append(seconds)
+                    wake_ups.append(woken)
+                    self.say(f"  one parent of {count} children: {seconds:.2f}s, woken {woken} time(s)")
+                else:
+                    independent.append(fan_out.independent_runs(self.empty, count))
+                    self.say(f"  {count} independent one-step runs: {independent[-1]:.2f}s")
+        growth = max(workers.peak_rss_mb(), default=0.0) - peak_before
+        one = f"one parent of {count} one-step children (ctx.start_children, ctx.wait_for)"
+        self.figures["fan_out_independent"] = Figure(
+            f"{count} independent one-step runs (start_workflows)",
+            statistics.median(independent),
+            "s",
+            samples=independent,
+        )
+        self.figures["fan_out_parent"] = Figure(
+            one,
+            statistics.median(parent),
+            "s",
+            self.figures["fan_out_independent"].metric,
+            statistics.median(p / i for p, i in zip(parent, independent, strict=True)),
+            ("<=", 2.0),
+            parent,
+        )
+        self.figures["fan_out_wake_ups"] = Figure(
+            "  wake-ups of the parent while it waited", max(wake_ups), "times", target=("<=", 3), samples=wake_ups
+        )
+        self.figures["fan_out_rss"] = Figure(
+            "  growth of the workers' peak RSS during the fan-out", growth, "MB", samples=[growth]
+        )
 
     def _checkpoint(self) -> None:
         """A CHECKPOINT before the rounds, so that the one the pre-load's WAL

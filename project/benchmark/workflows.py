@@ -27,3 +27,6 @@ def register() -> None:
     at import, so that only the command and its workers have it (registering the
     same function again is a no-op)."""
     workflow(WORKFLOW_TYPE, max_retries=0)(benchmark)
+    from .fan_out import FAN_OUT_TYPE, fan_out  # it imports this module's WORKFLOW_TYPE
+
+    workflow(FAN_OUT_TYPE, max_retries=0)(fan_out)

@@ -64,6 +64,7 @@ class Command(BaseCommand):
         for option, what in (
             ("not_due", "also drain one-step runs behind N waiting runs (timers, events, delayed starts, backoffs)"),
             ("wake", "also drain N timers ending at once, then N new runs started at once"),
+            ("fan_out", "also run one parent of N one-step children beside N independent one-step runs"),
         ):
             parser.add_argument(f"--{option.replace('_', '-')}", action=Bounded, minimum=0, default=0, help=what)
         parser.add_argument("--no-flow-control", action="store_true", help="skip the runs under flow control's limits")
@@ -93,6 +94,7 @@ class Command(BaseCommand):
             flow_control=not options["no_flow_control"],
             not_due=options["not_due"],
             wake=options["wake"],
+            fan_out=options["fan_out"],
             only=[name for name in options["only"].split(",") if name],
         )
         unknown = set(settings.only) - set(MEASUREMENTS)

@@ -202,11 +202,18 @@ _SLOT = f"get_byte(uuid_send(id), 15) %% {SLOTS}"
 
 #: Mark the unfinished children ``%(ids)s`` of run ``%(run)s`` with wait
 #: ``%(wait)s`` and count them, per slot and in the head (slot -1); returns the
-#: head's count (no row: none marked).
+#: head's count (no row: none marked). Locked in id order first, the order the
+#: worker's batched completions lock them in: an UPDATE of thousands of rows
+#: locks them in the order it reads the table, and deadlocked with them.
 ARM = f"""
-WITH marked AS (
-    UPDATE workflows SET awaited_by_wait = %(wait)s
+WITH awaited AS MATERIALIZED (
+    SELECT id FROM workflows
     WHERE id = ANY(%(ids)s::uuid[]) AND parent_id = %(run)s AND status NOT IN ('completed', 'failed', 'cancelled')
+    ORDER BY id
+    FOR NO KEY UPDATE
+), marked AS (
+    UPDATE workflows SET awaited_by_wait = %(wait)s
+    WHERE id IN (SELECT id FROM awaited)
     RETURNING {_SLOT} AS slot
 ), counts AS (
     SELECT slot, count(*) AS unsettled FROM marked GROUP BY slot

@@ -239,10 +239,15 @@ WITH finished AS MATERIALIZED (
     SELECT id, parent_id, awaited_by_wait AS wait, {_SLOT} AS slot, status IN ('failed', 'cancelled') AS unsuccessful
     FROM workflows
     WHERE id = ANY(%(children)s::uuid[]) AND status IN ('completed', 'failed', 'cancelled')
+), slots AS MATERIALIZED (  -- locked in one order: two batches of children of one wait never deadlock
+    SELECT w.id, f.ended FROM workflow_waits AS w
+    JOIN (SELECT wait, slot, count(*) AS ended FROM finished WHERE wait IS NOT NULL GROUP BY wait, slot) AS f
+      ON w.wait = f.wait AND w.slot = f.slot
+    ORDER BY w.wait, w.slot
+    FOR NO KEY UPDATE OF w
 ), counted AS (
-    UPDATE workflow_waits AS w SET unsettled = w.unsettled - f.ended
-    FROM (SELECT wait, slot, count(*) AS ended FROM finished WHERE wait IS NOT NULL GROUP BY wait, slot) AS f
-    WHERE w.wait = f.wait AND w.slot = f.slot
+    UPDATE workflow_waits AS w SET unsettled = w.unsettled - s.ended
+    FROM slots AS s WHERE w.id = s.id
     RETURNING w.wait, w.unsettled
 )
 SELECT 'wait', wait FROM counted WHERE unsettled <= 0
@@ -273,10 +278,16 @@ WHERE head.wait = ANY(%(waits)s::uuid[]) AND head.slot = -1
        OR NOT EXISTS (SELECT FROM workflow_waits AS s WHERE s.wait = head.wait AND s.slot >= 0 AND s.unsettled > 0))
 """
 
-#: Make the runs ``%(runs)s`` due if they still wait for children; returns their queues.
+#: Make the runs ``%(runs)s`` due if they still wait for children, locked in id order; returns their queues.
 WAKE = """
 UPDATE workflows SET run_after = NULL
-WHERE id = ANY(%(runs)s::uuid[]) AND status = 'pending' AND run_after IS NOT NULL AND waiting_for LIKE 'children:%%'
+WHERE id IN (
+    SELECT id FROM workflows
+    WHERE id = ANY(%(runs)s::uuid[]) AND status = 'pending' AND run_after IS NOT NULL
+      AND waiting_for LIKE 'children:%%'
+    ORDER BY id
+    FOR NO KEY UPDATE
+)
 RETURNING queue
 """
 

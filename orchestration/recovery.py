@@ -22,6 +22,7 @@ from django.db.models.functions import Now
 from . import transitions, worker_rows
 from .conf import conf
 from .errors import InvalidTransition
+from .listen import notify_new_work
 from .models import StepStatus, Workflow, WorkflowStatus, WorkflowStep
 from .retry import should_retry
 
@@ -37,7 +38,7 @@ WORKER_LOST = "worker lost"
 RECLAIM_LOCK_KEY = 0x6F7263686573  # "orches"
 
 #: The columns ``_reclaim`` decides on.
-_DECIDES_ON = ("id", "attempts", "max_retries", "current_step", "worker_deaths", "lost_at_step", "worker_id")
+_DECIDES_ON = ("id", "queue", "attempts", "max_retries", "current_step", "worker_deaths", "lost_at_step", "worker_id")
 
 
 def try_reclaim_lock(alias: str) -> bool:
@@ -75,6 +76,8 @@ class ReclaimReport:
     quarantined: list[uuid.UUID] = field(default_factory=list)
     #: Worker processes marked gone (``worker_rows.mark_gone``).
     workers_gone: list[str] = field(default_factory=list)
+    #: The queues of the runs requeued.
+    requeued_queues: set[str] = field(default_factory=set)
 
     def __bool__(self) -> bool:
         return bool(self.requeued or self.failed or self.quarantined)
@@ -112,6 +115,9 @@ def reclaim_stuck(stuck_after: float | None = None, batch: int = 500) -> Reclaim
         if report.workers_gone:
             for row in _running(worker_id__in=report.workers_gone)[:batch]:
                 _reclaim(row, _lost_reason(row), report)
+        # At commit: idle workers wait for a notification, not a poll.
+        for queue in sorted(report.requeued_queues):
+            notify_new_work(conf.DATABASE, queue)
     for workflow_id in report.requeued:
         logger.warning("workflow %s: worker lost, requeued", workflow_id)
     for workflow_id in report.failed + report.quarantined:
@@ -166,6 +172,7 @@ def _reclaim(row: dict[str, Any], reason: str, report: ReclaimReport) -> None:
     elif should_retry(row["attempts"], row["max_retries"]):
         transitions.requeue_stuck(rows, reason, **lost)
         report.requeued.append(row["id"])
+        report.requeued_queues.add(row["queue"])
     else:
         message = f"{reason}; no attempts left ({row['attempts']} of {row['max_retries'] + 1})."
         transitions.fail_stuck(rows, message, **lost)

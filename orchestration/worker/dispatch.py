@@ -92,6 +92,7 @@ class Dispatcher:
         self.completed = 0
         self.failed = 0
         self._wakeup = threading.Condition()
+        self._listening = False
         # The hand-off, all guarded by ``_handoff``:
         self._handoff = threading.Condition()
         #: claimed for a thread that has not taken it yet;
@@ -276,10 +277,25 @@ class Dispatcher:
 
     # -- idle threads ------------------------------------------------------------------
 
+    @property
+    def listening(self) -> bool:
+        """Whether the process's listener hears new work announced (``set_listening``)."""
+        return self._listening
+
+    def set_listening(self, listening: bool) -> bool:
+        """The listener hears new work announced (True) or not (False), and
+        whether that changed; the idle threads wake, to poll or to stop."""
+        changed, self._listening = listening != self._listening, listening
+        self.wake_all()
+        return changed
+
     def idle(self) -> None:
-        """Wait for new work (a wake-up) or the next poll."""
+        """Wait for new work (a wake-up), or the next poll when nothing would
+        announce it: no listener, or a served queue that is paused or limited
+        (a slot or a rate's window that frees is announced by no one)."""
+        polls = not self._listening or self.rules.known.limited
         with self._wakeup:
-            self._wakeup.wait(timeout=self.poll_interval)
+            self._wakeup.wait(timeout=self.poll_interval if polls else None)
 
     def wake_all(self) -> None:
         with self._wakeup:

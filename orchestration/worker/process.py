@@ -156,6 +156,7 @@ class Worker:
             self.worker_id, queues=self.queues, concurrency=self.concurrency, restarts=restarts_so_far()
         )
         services.start()
+        connections[conf.DATABASE].close()  # the main thread's, opened to register: it idles from here on
         threads = [
             threading.Thread(target=self._worker_thread, name=f"orchestration-worker-{n}", daemon=True)
             for n in range(1, self.concurrency + 1)
@@ -188,8 +189,8 @@ class Worker:
     def _check_pool(self) -> None:
         """Each thread keeps its connection: a smaller Django pool starves threads."""
         pool = getattr(connections[conf.DATABASE], "pool", None)
-        # the heartbeat, the sweeper, the listener, the scheduler; the shared loop's database threads
-        needed = self.concurrency + 4 + (DATABASE_THREADS if self.async_concurrency and async_workflow_types() else 0)
+        # the background thread (listener, heartbeat, sweep, schedules), the main thread; the loop's database threads
+        needed = self.concurrency + 2 + (DATABASE_THREADS if self.async_concurrency and async_workflow_types() else 0)
         if pool is not None and pool.max_size < needed:
             logger.warning(
                 "worker %s: the connection pool of database %r holds %d connections, but %d threads and the "

@@ -1,0 +1,71 @@
+"""What idle ``runworkers`` processes cost the server: their threads'
+connections and one, and no queries but the watcher's while LISTEN works; the
+watch passes to another process when the watcher stops."""
+
+from __future__ import annotations
+
+import datetime
+import signal
+import time
+import uuid
+
+import pytest
+from django.utils import timezone
+
+from orchestration import start_workflow
+from orchestration.models import Workflow
+from tests.acceptance.test_runworkers import wait_for
+from tests.support import other_connection, start_workers, worker_env
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+#: A heartbeat and a sweep too rare to play a part in a test: what it sees is the listener's and the watcher's doing.
+QUIET = dict(ORCHESTRATION_HEARTBEAT_INTERVAL="25", ORCHESTRATION_STUCK_AFTER="120", ORCHESTRATION_POLL_INTERVAL="0.5")
+
+
+def backends(name: str) -> dict[int, object]:
+    """The server connections of the processes started with application name ``name``: pid to last state change."""
+    with other_connection() as other:
+        rows = other.execute("SELECT pid, state_change FROM pg_stat_activity WHERE application_name = %s", [name])
+        return dict(rows.fetchall())
+
+
+def started_idle(workers, name: str, *args: str):
+    process = start_workers(*args, env=worker_env(PGAPPNAME=name, **QUIET))
+    workers.append(process)
+    assert wait_for(lambda: "starting" in process.log_path.read_text(), timeout=90), process.log_path.read_text()
+    return process
+
+
+def test_idle_process__holds_its_threads_connections_and_one(workers):
+    name = f"idle-{uuid.uuid4().hex[:8]}"
+    started_idle(workers, name, "--concurrency", "3")
+    time.sleep(3)  # its threads claimed once, found nothing and wait
+    assert len(backends(name)) == 3 + 1
+
+
+def test_idle_processes__run_no_query_but_the_watchers_look_at_timers(workers):
+    name = f"idle-{uuid.uuid4().hex[:8]}"
+    started_idle(workers, name, "--concurrency", "2")
+    started_idle(workers, name, "--concurrency", "2")
+    time.sleep(3)
+    before = backends(name)
+    time.sleep(3)  # six poll intervals
+    after = backends(name)
+    assert len(after) == 2 * (2 + 1)
+    moved = [pid for pid, changed in after.items() if before.get(pid) != changed]
+    assert len(moved) == 1  # the watcher's connection
+
+
+def test_timer__is_claimed_by_another_process_once_the_watcher_stopped(workers):
+    name = f"idle-{uuid.uuid4().hex[:8]}"
+    watcher = started_idle(workers, name, "--concurrency", "1")
+    assert wait_for(lambda: "watching timers" in watcher.log_path.read_text())
+    other = started_idle(workers, name, "--concurrency", "1")
+    watcher.send_signal(signal.SIGTERM)
+    watcher.wait(timeout=30)
+    assert wait_for(lambda: "watching timers" in other.log_path.read_text(), timeout=5), other.log_path.read_text()
+    workflow = start_workflow("echo", "later", run_after=timezone.now() + datetime.timedelta(seconds=1))
+    assert wait_for(lambda: Workflow.objects.get(pk=workflow.pk).status == "completed", timeout=10), (
+        other.log_path.read_text()
+    )

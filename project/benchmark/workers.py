@@ -36,7 +36,6 @@ class Workers:
         self.log_dir = log_dir
         self.label = label
         self.processes: list[subprocess.Popen[bytes]] = []
-        self.listening = "--no-listen" not in args
 
     def __enter__(self) -> Workers:
         env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": _import_path()}
@@ -45,7 +44,11 @@ class Workers:
             self.processes.append(subprocess.Popen(self.command, env=env, stdout=log, stderr=subprocess.STDOUT))
             log.close()
         if self.processes:
-            self._wait_ready()
+            try:
+                self._wait_ready()
+            except BaseException:
+                self.__exit__()  # no process outlives the run
+                raise
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -62,7 +65,7 @@ class Workers:
     def _wait_ready(self) -> None:
         """Until every thread of every process is connected (and has idled)."""
         query = "SELECT count(*) FROM pg_stat_activity WHERE datname = %s AND backend_type = 'client backend'"
-        expected = self.count * (self.threads + (2 if self.listening else 1))  # + the sweeper, the listener
+        expected = self.count * (self.threads + 1)  # + the background thread
         deadline = time.monotonic() + 60
         while self.database.scalar(query, [self.database.name]) < expected:
             if any(process.poll() is not None for process in self.processes) or time.monotonic() > deadline:

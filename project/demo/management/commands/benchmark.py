@@ -4,11 +4,15 @@ its workers only, never in the project at large)."""
 
 from __future__ import annotations
 
+import math
+from argparse import ArgumentTypeError
+from collections.abc import Callable
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from orchestration.management.arguments import Bounded
+from project.benchmark import standalone
 from project.benchmark.report import render
 from project.benchmark.runner import MEASUREMENTS, Benchmark, Options
 
@@ -73,10 +77,30 @@ class Command(BaseCommand):
             default="",
             help=f"comma-separated measurements to run, of {', '.join(MEASUREMENTS)} (ratios need their base)",
         )
+        parser.add_argument(
+            "--idle-workers",
+            type=_numbers(int),
+            default=[],
+            help="instead of the drains: N idle runworkers processes for each N, e.g. 1,10,30 (connections, "
+            "transactions/s, CPU)",
+        )
+        parser.add_argument("--idle-threads", action=Bounded, minimum=1, default=4, help="--concurrency of each")
+        parser.add_argument("--idle-seconds", action=Bounded, kind=float, unit="seconds", minimum=1, default=60.0)
+        parser.add_argument(
+            "--steady",
+            type=_numbers(float),
+            default=[],
+            help="instead of the drains: a producer starting one workflow at a time at each RATE[,RATE..] a second, "
+            "beside --processes runworkers",
+        )
+        parser.add_argument("--steady-seconds", action=Bounded, kind=float, unit="seconds", minimum=1, default=60.0)
         parser.add_argument("--keep", action="store_true", help="keep the scratch databases for inspection")
         parser.add_argument("--json", action="store_true", help="print only the JSON lines")
 
     def handle(self, *args: Any, **options: Any) -> None:
+        if options["idle_workers"] or options["steady"]:
+            self._standalone(options)
+            return
         settings = Options(
             workflows=options["workflows"],
             steps=options["steps"],
@@ -109,3 +133,37 @@ class Command(BaseCommand):
         except RuntimeError as exc:
             raise CommandError(str(exc)) from exc
         self.stdout.write(render(figures, benchmark.plan, settings, benchmark.server, json_only=quiet))
+
+    def _standalone(self, options: dict[str, Any]) -> None:
+        settings = standalone.StandaloneOptions(
+            idle_workers=options["idle_workers"],
+            idle_threads=options["idle_threads"],
+            idle_seconds=options["idle_seconds"],
+            steady=options["steady"],
+            steady_seconds=options["steady_seconds"],
+            processes=options["processes"],
+            threads=options["threads"],
+            worker_args=options["worker_args"].split(),
+            keep=options["keep"],
+        )
+        quiet = options["json"]
+        try:
+            figures, server = standalone.run(settings, say=(lambda line: None) if quiet else self.stderr.write)
+        except RuntimeError as exc:
+            raise CommandError(str(exc)) from exc
+        self.stdout.write(standalone.render(figures, server, json_only=quiet))
+
+
+def _numbers(kind: Callable[[str], Any]) -> Callable[[str], list[Any]]:
+    """A comma-separated list of positive numbers, as ``argparse``'s ``type``."""
+
+    def parse(text: str) -> list[Any]:
+        try:
+            values = [kind(part) for part in text.split(",") if part.strip()]
+        except ValueError:
+            raise ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
+        if not values or not all(0 < value < math.inf for value in values):
+            raise ArgumentTypeError(f"expected comma-separated numbers above 0, got {text!r}")
+        return values
+
+    return parse

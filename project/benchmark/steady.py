@@ -1,0 +1,134 @@
+"""Work that arrives one run at a time: a producer starts one-step workflows
+at a fixed rate, one ``start_workflow`` at a time, for a while, beside real
+``runworkers`` processes; then the CPU a run cost (the workers', and the
+server's, the producer's inserts included), the start latency (the claim's
+``started_at`` less the start's ``created_at``) and the stalls.
+
+A drain claims many runs a round trip and commits many a transaction; here
+each run is claimed, run and completed alone, which is what production
+traffic mostly looks like. A rate is sustained when the producer kept it, every
+run completed and the p99 start latency stayed under ``SUSTAINED_P99_MS``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import psycopg
+from django.db import connections
+
+from orchestration import start_workflow
+
+from .cpu import CpuMeter, server_backends
+from .figures import Figure
+from .scratch import ScratchDatabase
+from .workers import Workers
+from .workflows import WORKFLOW_TYPE
+
+#: The p99 start latency under which a rate counts as sustained (milliseconds).
+SUSTAINED_P99_MS = 10.0
+#: A start latency over this is a stall (seconds).
+STALL_SECONDS = 0.5
+LATENCIES = (
+    "SELECT extract(epoch FROM started_at - created_at)::float8 * 1000 FROM workflows "
+    "WHERE status = 'completed' ORDER BY created_at"
+)
+
+
+@dataclass
+class SteadyRun:
+    rate: float
+    achieved: float
+    started: int
+    completed: int
+    worker_ms: float
+    server_ms: float | None
+    p50_ms: float
+    p99_ms: float
+    worst_ms: float
+    stalls: int
+
+    @property
+    def sustained(self) -> bool:
+        return self.achieved >= 0.95 * self.rate and self.completed == self.started and self.p99_ms < SUSTAINED_P99_MS
+
+
+def measure_steady(
+    database: ScratchDatabase,
+    rates: list[float],
+    seconds: float,
+    processes: int,
+    threads: int,
+    worker_args: list[str],
+    log_dir: Path,
+    say: Callable[[str], None],
+) -> list[Figure]:
+    """Each of ``rates`` (runs/s) for ``seconds``, on fresh tables and fresh worker processes."""
+    runs = []
+    for rate in rates:
+        database.reset()
+        with Workers(database, processes, threads, worker_args, log_dir, f"steady-{rate:g}") as workers:
+            run = _steady(database, workers, rate, seconds)
+        say(
+            f"steady {rate:g}/s: {run.achieved:.0f}/s started, {run.completed}/{run.started} completed, "
+            f"p50 {run.p50_ms:.1f} ms, p99 {run.p99_ms:.1f} ms, {run.stalls} stalls"
+        )
+        runs.append(run)
+    figures: list[Figure] = []
+    for run in runs:
+        label = f"steady {run.rate:g}/s ({processes} x {threads} threads, {seconds:g}s)"
+        figures += [
+            Figure(f"{label}: started", run.achieved, "workflows/s"),
+            Figure(f"{label}: completed", run.completed, "workflows"),
+            Figure(f"{label}: workers' CPU a run", run.worker_ms, "ms"),
+            Figure(f"{label}: server CPU a run", run.server_ms or 0.0, "ms"),
+            Figure(f"{label}: start latency p50", run.p50_ms, "ms"),
+            Figure(f"{label}: start latency p99", run.p99_ms, "ms", target=("<", SUSTAINED_P99_MS)),
+            Figure(f"{label}: worst start latency", run.worst_ms, "ms"),
+            Figure(f"{label}: stalls over {STALL_SECONDS:g}s", run.stalls, "starts"),
+        ]
+    sustained = [run.rate for run in runs if run.sustained]
+    figures.append(
+        Figure(f"steady: highest rate sustained with p99 < {SUSTAINED_P99_MS:g} ms", max(sustained, default=0), "/s")
+    )
+    return figures
+
+
+def _steady(database: ScratchDatabase, workers: Workers, rate: float, seconds: float) -> SteadyRun:
+    conninfo = database.conninfo()
+    started = 0
+    with database.queue_alias():
+        connections[database.alias].ensure_connection()  # the producer's backend is measured too
+        meter = CpuMeter([process.pid for process in workers.processes], server_backends(conninfo))
+        begun = time.monotonic()
+        while (now := time.monotonic()) - begun < seconds:
+            due = begun + started / rate
+            if due > now:
+                time.sleep(due - now)
+            start_workflow(WORKFLOW_TYPE, {"steps": 1})
+            started += 1
+        elapsed = time.monotonic() - begun
+    with contextlib.suppress(RuntimeError):  # what did not complete is counted below
+        database.wait_until_idle(timeout=30)
+    worker_cpu, server_cpu = meter.used()
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        latencies = [row[0] for row in conn.execute(LATENCIES)]
+    latencies.sort()
+    completed = len(latencies)
+    return SteadyRun(
+        rate=rate,
+        achieved=started / elapsed,
+        started=started,
+        completed=completed,
+        worker_ms=1000 * worker_cpu / max(1, completed),
+        server_ms=None if server_cpu is None else 1000 * server_cpu / max(1, started),
+        p50_ms=statistics.median(latencies) if latencies else 0.0,
+        p99_ms=latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))] if latencies else 0.0,
+        worst_ms=latencies[-1] if latencies else 0.0,
+        stalls=sum(latency > 1000 * STALL_SECONDS for latency in latencies),
+    )

@@ -66,7 +66,7 @@ class Workers:
         """Until every thread of every process is connected (and has idled)."""
         query = "SELECT count(*) FROM pg_stat_activity WHERE datname = %s AND backend_type = 'client backend'"
         expected = self.count * (self.threads + 1)  # + the background thread
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 60 + 3 * self.count  # many processes start slowly on a few cores
         while self.database.scalar(query, [self.database.name]) < expected:
             if any(process.poll() is not None for process in self.processes) or time.monotonic() > deadline:
                 raise RuntimeError(f"runworkers did not start; see {self.log_dir}")

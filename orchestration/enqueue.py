@@ -15,9 +15,11 @@ import json
 import os
 import time
 import uuid
+from collections.abc import Sequence
 from typing import Any
 
 from django.db import connections, transaction
+from django.db.models import NOT_PROVIDED, Value
 from django.db.models.base import ModelState
 from django.db.models.signals import post_init, pre_init
 
@@ -159,38 +161,41 @@ def _insert_rows(
     """The new rows (or the run a debounced start updated): the first comes back
     whole, the others as their id and key (their input is ``inputs``, decoded
     here), since the rows of one INSERT differ in nothing else; ``keyless`` (no
-    key given, so every run is new), only the first comes back, and the others
-    are ``ids``, in their order. (An input's objects come back as ``json`` reads them, equal to
-    what jsonb stores; its keys in the order they were sent.)"""
+    key given, so every run is new), only the values the database made of the
+    first come back (``_made_by_database``), and the runs are ``ids``, in their
+    order. (An input's objects come back as ``json`` reads them, equal to what
+    jsonb stores; its keys in the order they were sent.)"""
     connection = connections[alias]
-    fields = Workflow._meta.concrete_fields
     key_column = KEY_COLUMNS[scope]
     own: tuple[str, ...] = (*OWN_COLUMNS[:-1], key_column)
     if concurrency_keys is not None:
         own = (*own, "concurrency_key")
-    statement = _statement(alias, tuple(options), own, scope, keyless)
-    params = {
-        **options,
+    single = len(ids) == 1
+    if single and keyless:  # no key given: no key column (NULL by default)
+        own = tuple(column for column in own if column != key_column)
+    statement = _statement(alias, tuple(options), own, scope, keyless, single)
+    params: dict[str, Any] = {**options, "notify_queue": options["queue"]}
+    if single:  # the row's own values as they are (its input: the one item of the array ``inputs``)
+        params.update(id=ids[0].hex, input_data=inputs[1:-1], idempotency_key=keys[0], scoped_key=keys[0])
+        if concurrency_keys is not None:
+            params["concurrency_key"] = concurrency_keys[0]
+    else:
         # Arrays as text (psycopg's list dumpers cost more); a uuid as its 32 hex digits, which str() costs 3 times.
-        "ids": "{" + ",".join([workflow_id.hex for workflow_id in ids]) + "}",
-        "inputs": inputs,
-        "keys": json.dumps(keys),
-        "channel": NOTIFY_CHANNEL,
-        "notify_queue": options["queue"],
-    }
-    if concurrency_keys is not None:
-        params["concurrency_keys"] = json.dumps(concurrency_keys)
+        params.update(ids="{" + ",".join([workflow_id.hex for workflow_id in ids]) + "}", inputs=inputs,
+                      keys=json.dumps(keys))  # fmt: skip
+        if concurrency_keys is not None:
+            params["concurrency_keys"] = json.dumps(concurrency_keys)
     rows = run(alias, statement, params)  # prepared, as the hot path's statements are
     if not rows:
         return []
-    attnames = [field.attname for field in fields]
+    attnames = _attnames()
     if keyless:  # the rows sent, in their order: reading each back would cost more than the insert's own work
-        template = _converted(connection, fields, list(rows[0]))
+        # Only the values the database made come back; the others are the defaults and options it was given.
+        shared = {**_column_defaults(), **_read(connection, options.items()), **_read(connection, _zip_made(rows[0]))}
         new = [(workflow_id, None) for workflow_id in ids]
     else:
-        template = _converted(connection, fields, list(next(row[2:] for row in rows if row[2] is not None)))
+        shared = _read(connection, zip(attnames, next(row[2:] for row in rows if row[2] is not None), strict=True))
         new = [(workflow_id, key) for workflow_id, key, *_ in rows]
-    shared = dict(zip(attnames, template, strict=True))
     input_of = dict(zip(ids, json.loads(inputs), strict=True))
     concurrency_key_of = dict(zip(ids, concurrency_keys, strict=True)) if concurrency_keys is not None else None
     workflows = []
@@ -212,6 +217,7 @@ def _statement(
     own: tuple[str, ...] = OWN_COLUMNS,
     scope: str | None = None,
     keyless: bool = False,
+    single: bool = False,
 ) -> str:
     """The insert for the columns ``shared`` by its rows, made once per database
     and set of columns: making it is a fair part of a single start's cost.
@@ -222,13 +228,31 @@ def _statement(
     keys taken (``KEY_CONFLICTS``), and NOTIFYs ``%(notify_queue)s`` once. It
     returns each row's id and key, and the first row whole beside each: the
     rows of one INSERT differ in nothing else. ``keyless`` (no key given, so
-    every row is new): it returns only one row, whole."""
+    every row is new): it returns only the columns ``_made_by_database`` of one
+    row, whatever the count. ``single``: one row of
+    the values ``%(column)s`` of ``own``, inserted with VALUES, which PostgreSQL
+    parses and plans in two thirds of the time of the arrays' form (what every
+    start costs where statements are not prepared)."""
     connection = connections[alias]
     quote = connection.ops.quote_name
     typed = [(column, Workflow._meta.get_field(column).db_type(connection) or "") for column in shared]
-    returning = ", ".join(quote(field.column) for field in Workflow._meta.concrete_fields if field.column)
+    columns = _made_by_database() if keyless else [str(field.column) for field in Workflow._meta.concrete_fields]
+    returning = ", ".join(quote(column) for column in columns)
     names = ", ".join(column for column, _ in typed)
     values = ", ".join(f"%({column})s::{db_type}" for column, db_type in typed)
+    wake = f"SELECT pg_notify('{NOTIFY_CHANNEL}', %(notify_queue)s) WHERE EXISTS (SELECT FROM new)"
+    if single:
+        own_values = ", ".join(
+            f"%({column})s::{Workflow._meta.get_field(column).db_type(connection)}" for column in own
+        )
+        return f"""
+            WITH new AS (
+                INSERT INTO workflows ({", ".join(own)}, {names}) VALUES ({own_values}, {values})
+                {"" if keyless else f"ON CONFLICT {KEY_CONFLICTS[scope]}"}
+                RETURNING {returning}
+            ), wake AS ({wake})
+            SELECT {"" if keyless else f"new.id, new.{KEY_COLUMNS[scope]}, "}new.* FROM new LEFT JOIN wake ON true
+        """
     return f"""
         WITH new AS (
             INSERT INTO workflows ({", ".join(own)}, {names})
@@ -238,30 +262,67 @@ def _statement(
             RETURNING {returning}
         ), whole AS (
             SELECT * FROM new LIMIT 1
-        ), wake AS (
-            SELECT pg_notify(%(channel)s, %(notify_queue)s) WHERE EXISTS (SELECT FROM new)
-        )
+        ), wake AS ({wake})
         {_KEYLESS_ROWS if keyless else _ROWS.format(key=KEY_COLUMNS[scope])}
     """
 
 
-#: What the insert returns: each new row's id and key, the first row whole beside each ...
+#: What the insert of many rows returns (the insert of one, the same of its row):
+#: each new row's id and key, the first row whole beside each ...
 _ROWS = "SELECT new.id, new.{key}, whole.* FROM new LEFT JOIN whole ON whole.id = new.id LEFT JOIN wake ON true"
-#: ... or, when no key was given, the first row whole only.
+#: ... or, when no key was given, the first row only (its columns ``_made_by_database``).
 _KEYLESS_ROWS = "SELECT whole.* FROM whole LEFT JOIN wake ON true"
 
 
-def _converted(connection: Any, fields: Any, values: list[Any]) -> list[Any]:
-    """A row's values as the model's fields read them (``from_db_value``)."""
-    converted = []
-    for field, value in zip(fields, values, strict=True):
-        for converter in field.get_db_converters(connection):
-            value = converter(value, None, connection)
-        converted.append(value)
-    return converted
+@functools.cache
+def _attnames() -> tuple[str, ...]:
+    return tuple(field.attname for field in Workflow._meta.concrete_fields)
 
 
-def _as_instances(model: Any, alias: str, attnames: list[str], rows: list[dict[str, Any]]) -> list[Any]:
+@functools.cache
+def _made_by_database() -> tuple[str, ...]:
+    """The columns whose value the database makes for a new row (its creation
+    time) rather than a constant default (``db_default=Value``) or NULL: what
+    the insert of runs without a key returns."""
+    return tuple(
+        str(field.column)
+        for field in Workflow._meta.concrete_fields
+        if field.db_default is not NOT_PROVIDED and not isinstance(field.db_default, Value) and not field.primary_key
+    )
+
+
+def _zip_made(row: tuple[Any, ...]) -> Any:
+    return zip(_made_by_database(), row, strict=True)
+
+
+@functools.cache
+def _column_defaults() -> dict[str, Any]:
+    """Each column's value in a new row given no value, when it is a constant
+    (``db_default=Value``; else None): ``Workflow`` declares every database
+    default (DESIGN: they are real), and a test compares a start's run with its row."""
+    return {
+        field.attname: field.db_default.value if isinstance(field.db_default, Value) else None
+        for field in Workflow._meta.concrete_fields
+    }
+
+
+def _read(connection: Any, values: Any) -> dict[str, Any]:
+    """``values`` (pairs of a column and its value as bound or returned) as the
+    model's fields read them (``from_db_value``: the JSON columns, whose converters
+    are found once per connection, as asking each field for them cost a single start as much as its JSON)."""
+    converters = connection.__dict__.get("_orchestration_converters")
+    if converters is None:
+        fields = Workflow._meta.concrete_fields
+        found = {field.attname: tuple(field.get_db_converters(connection)) for field in fields}
+        converters = connection._orchestration_converters = {name: found for name, found in found.items() if found}
+    read = dict(values)
+    for name in converters.keys() & read.keys():
+        for converter in converters[name]:
+            read[name] = converter(read[name], None, connection)
+    return read
+
+
+def _as_instances(model: Any, alias: str, attnames: Sequence[str], rows: list[dict[str, Any]]) -> list[Any]:
     """``model.from_db`` for each row (a value for each of ``attnames``), without
     its ``__init__`` where nothing can tell the difference: every column is
     given, the model has no field with a data descriptor but foreign keys (whose

@@ -1,5 +1,6 @@
 import datetime
 import time
+from typing import Any
 
 import pytest
 from django.db import connection, transaction
@@ -102,3 +103,54 @@ def test_start_workflow__ids_are_time_ordered_uuids():
     second, third = start_workflows("echo", [2, 3])
     assert {first.pk.version, second.pk.version, third.pk.version} == {7}
     assert first.pk < second.pk and first.pk < third.pk
+
+
+def statements_sent(action: Any) -> list[str]:
+    """The statements ``action`` sends on the default connection, as a server sees them."""
+    sent: list[str] = []
+
+    def record(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+        sent.append(sql)
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(record):
+        action()
+    return sent
+
+
+def test_start_workflow__is_one_statement_and_no_savepoint_in_the_callers_transaction():
+    assert len(statements_sent(lambda: start_workflow("three_steps", {"n": 1}))) == 1
+    with transaction.atomic():
+        assert len(statements_sent(lambda: start_workflow("three_steps", {"n": 2}))) == 1
+
+
+def test_start_workflow__with_a_new_key_is_one_statement_and_with_a_taken_key_two():
+    assert len(statements_sent(lambda: start_workflow("three_steps", {"n": 1}, idempotency_key="k-1"))) == 1
+    # The INSERT meets the key, then the run that holds it is read.
+    assert len(statements_sent(lambda: start_workflow("three_steps", {"n": 2}, idempotency_key="k-1"))) == 2
+
+
+def columns_of(workflow: Workflow) -> dict[str, Any]:
+    return {field.attname: getattr(workflow, field.attname) for field in Workflow._meta.concrete_fields}
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {},
+        {"idempotency_key": "as-read"},
+        {"run_after": timezone.now() + datetime.timedelta(hours=1), "timeout": 90, "priority": -3, "max_retries": 1},
+        {"concurrency_key": "customer-7", "queue": "other"},
+        {"idempotency_key": "debounced", "debounce": 5},
+    ],
+    ids=["no options", "key", "times and numbers", "concurrency key", "debounced"],
+)
+def test_start_workflow__returns_its_run_as_a_read_of_its_row_gives_it(options):
+    started = start_workflow("on_other_queue", {"b": [1, 2.5], "a": None}, **options)
+    assert columns_of(started) == columns_of(Workflow.objects.get(pk=started.pk))
+
+
+def test_start_workflows__returns_each_run_as_a_read_of_its_row_gives_it():
+    started = start_workflows("three_steps", [{"n": 1}, {"n": 2}], run_after=timezone.now(), priority=2)
+    rows = Workflow.objects.in_bulk([workflow.pk for workflow in started])
+    assert [columns_of(workflow) for workflow in started] == [columns_of(rows[workflow.pk]) for workflow in started]

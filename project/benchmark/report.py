@@ -46,7 +46,8 @@ def render(
     table.append("ratios: workflows/s over the limit loop of the same run (one-step over 1 transaction a job,")
     table.append("multi-step over 3 transactions a job); backlog and pre-loaded runs over one-step; flow control's")
     table.append("limits over its workers' drain with no limit. Each ratio is the median of the rounds' ratios,")
-    table.append("its two drains run next to each other in every round.")
+    table.append("its two drains run next to each other in every round. Single starts over the bare INSERT loop")
+    table.append("on the same connection, in alternate blocks; each p99 over its p50.")
     if plan:
         table += ["", "claim plan on the pre-loaded table (EXPLAIN ANALYZE, BUFFERS):", *(f"  {line}" for line in plan)]
     return "\n".join([*table, "", *lines]) + "\n"

@@ -28,7 +28,7 @@ import psycopg
 from orchestration import start_workflow, start_workflows
 from orchestration.conf import conf
 
-from . import fan_out, limit, not_due, results
+from . import fan_out, limit, not_due, results, starts
 from .cpu import CpuMeter, server_backends
 from .figures import Figure
 from .internals import claim_sql_for_explain, queue_database
@@ -281,15 +281,30 @@ class Benchmark:
     # -- phases ----------------------------------------------------------------
 
     def _enqueue_single(self) -> None:
-        count = self.options.single_enqueues
-        with self.empty.queue_alias():
-            started = time.perf_counter()
-            for n in range(count):
-                start_workflow(WORKFLOW_TYPE, {"steps": 1, "n": n})
-            elapsed = time.perf_counter() - started
-        self.empty.reset()
-        self.figures["single_enqueue"] = Figure(
-            "enqueue, start_workflow() one at a time", count / elapsed, "workflows/s"
+        """Single starts, sync and async, each beside the bare INSERT loop of the same run (``starts``)."""
+        timings = {kind: sorted(values) for kind, values in starts.measure(self.empty, WORKFLOW_TYPE,
+                   self.options.single_enqueues).items()}  # fmt: skip
+        bare = timings["bare"]
+        self.figures["single_enqueue_bare"] = Figure(
+            "limit: psycopg single-row INSERT loop, one connection", len(bare) / sum(bare), "inserts/s"
+        )
+        self._percentiles("single_enqueue_bare", "  INSERT", bare)
+        for kind, call in (("start", "start_workflow()"), ("astart", "astart_workflow()")):
+            key = "single_enqueue" if kind == "start" else "single_enqueue_async"
+            values = timings[kind]
+            self.figures[key] = Figure(
+                f"enqueue, {call} one at a time", len(values) / sum(values), "workflows/s",
+                self.figures["single_enqueue_bare"].metric, sum(bare) / len(bare) / (sum(values) / len(values)),
+                (">=", 0.6),
+            )  # fmt: skip
+            self._percentiles(key, f"  {call}", values, target=("<=", 1.5))
+
+    def _percentiles(self, key: str, what: str, ordered: list[float], target: Any = None) -> None:
+        """The p50 and p99 of ``ordered`` (seconds) in ms; the p99 beside the p50, as a ratio, against ``target``."""
+        p50, p99 = statistics.median(ordered) * 1000, _percentile(ordered, 0.99) * 1000
+        self.figures[f"{key}_p50"] = Figure(f"{what} p50", p50, "ms")
+        self.figures[f"{key}_p99"] = Figure(
+            f"{what} p99", p99, "ms", f"{what} p50", p99 / p50, target, [value * 1000 for value in ordered]
         )
 
     def _load_finished_rows(self) -> None:

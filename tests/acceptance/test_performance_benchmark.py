@@ -28,6 +28,10 @@ def test_benchmark__prints_every_figure_as_a_table_and_json_lines_and_drops_its_
         "limit: psycopg loop, 1 transaction a job (1 processes x 2 threads)",
         "limit: psycopg loop, 3 transactions a job",
         "enqueue, start_workflow() one at a time",
+        "  start_workflow() p99",
+        "enqueue, astart_workflow() one at a time",
+        "  astart_workflow() p99",
+        "limit: psycopg single-row INSERT loop, one connection",
         "enqueue, start_workflows() of 100",
         "one-step workflows, runworkers",
         "2-step workflows, runworkers",
@@ -47,6 +51,8 @@ def test_benchmark__prints_every_figure_as_a_table_and_json_lines_and_drops_its_
     ):
         assert figures[metric]["value"] > 0, metric
     assert figures["one-step workflows, runworkers"]["ratio"] > 0
+    single = figures["enqueue, start_workflow() one at a time"]
+    assert single["ratio_of"] == "limit: psycopg single-row INSERT loop, one connection" and single["ratio"] > 0
     not_binding = figures["one-step, queue concurrency 10000 (not binding)"]
     assert not_binding["ratio_of"] == "one-step, flow control's workers, no limit" and not_binding["ratio"] > 0
     # CPU a workflow beside each drain's rate: the workers' and, the server being on this machine, PostgreSQL's

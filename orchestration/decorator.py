@@ -40,6 +40,7 @@ class DeclaredWorkflow(WorkflowDefinition):
         concurrency_key: str | None = None,
         unique_while_active: bool = False,
         debounce: float | datetime.timedelta | None = None,
+        tags: list[str] | None = None,
     ) -> Workflow:
         """Start a run of this workflow; see ``orchestration.start_workflow``."""
         from .api import start_workflow
@@ -56,6 +57,7 @@ class DeclaredWorkflow(WorkflowDefinition):
             concurrency_key=concurrency_key,
             unique_while_active=unique_while_active,
             debounce=debounce,
+            tags=tags,
         )
 
 

@@ -141,6 +141,16 @@ class Workflow(models.Model):
     # The wait of its parent (``WorkflowWait``) this child counts in: its end
     # decrements that wait, and only the end that settles it wakes the parent.
     awaited_by_wait = models.UUIDField(null=True, blank=True, editable=False)
+    # How far the run has got, as its code last said (``ctx.set_progress``); NULL
+    # until it says. Written under the run's lease; a waiter is told of each value
+    # by the trigger of migration 0029, as of the run's end.
+    progress = models.JSONField(null=True, blank=True)
+    # The labels a run was started with (``start_workflow(..., tags=[...])``), a
+    # JSON array of strings; NULL: none. jsonb, not an array column, which would
+    # need ``django.contrib.postgres`` installed. ``tags__contains`` is read
+    # through idx_workflows_tags, made by migration 0030 in SQL (a GIN index
+    # of tagged runs only: ``tags @> ...`` implies NOT NULL, so it is used).
+    tags = models.JSONField(null=True, blank=True)
 
     class Meta:
         db_table = "workflows"
@@ -227,13 +237,17 @@ class Workflow(models.Model):
     def is_finished(self) -> bool:
         return self.status in FINISHED_STATUSES
 
-    def wait_for_result(self, timeout: float | datetime.timedelta | None = None) -> Any:
-        """Wait for this run's output: ``orchestration.wait_for_result(self, timeout)``."""
-        return results.wait_for_result(self, timeout)
+    def wait_for_result(
+        self, timeout: float | datetime.timedelta | None = None, *, on_progress: results.OnProgress | None = None
+    ) -> Any:
+        """Wait for this run's output: ``orchestration.wait_for_result(self, timeout, on_progress=...)``."""
+        return results.wait_for_result(self, timeout, on_progress=on_progress)
 
-    async def aget_result(self, timeout: float | datetime.timedelta | None = None) -> Any:
-        """Await this run's output: ``orchestration.aget_result(self, timeout)``."""
-        return await results.aget_result(self, timeout)
+    async def aget_result(
+        self, timeout: float | datetime.timedelta | None = None, *, on_progress: results.OnProgress | None = None
+    ) -> Any:
+        """Await this run's output: ``orchestration.aget_result(self, timeout, on_progress=...)``."""
+        return await results.aget_result(self, timeout, on_progress=on_progress)
 
 
 class WorkflowWorker(models.Model):

@@ -20,9 +20,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime
+import inspect
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from django.apps import apps
@@ -33,12 +35,27 @@ from .errors import InvalidWorkflowInput, OrchestrationError, WorkflowCancelled,
 from .listen import ROW_COLUMNS, Mode, result_listener
 from .validation import to_timedelta
 
+#: What ``on_progress`` is: called with each new value of the run's progress (an async
+#: waiter's may be a coroutine function).
+OnProgress = Callable[[dict[str, Any]], Any]
+
 
 class _Wait:
     """One caller's wait for one run: what to read, how to read the outcome,
     when to mark the run awaited, and how long to sleep between reads."""
 
-    def __init__(self, workflow: Any, timeout: float | datetime.timedelta | None, what: str) -> None:
+    def __init__(
+        self,
+        workflow: Any,
+        timeout: float | datetime.timedelta | None,
+        what: str,
+        on_progress: OnProgress | None = None,
+    ) -> None:
+        if on_progress is not None and not callable(on_progress):
+            raise InvalidWorkflowInput(f"{what}: on_progress must be callable, not {on_progress!r:.80}.")
+        self.on_progress = on_progress
+        #: The progress last handed to ``on_progress`` (None: none yet).
+        self.seen_progress: Any = None
         self.workflow_id = _workflow_id(workflow, what)
         self.timeout = None if timeout is None else to_timedelta(timeout, f"{what} timeout", allow_zero=True)
         self.ends = None if self.timeout is None else time.monotonic() + self.timeout.total_seconds()
@@ -66,6 +83,16 @@ class _Wait:
             raise WorkflowCancelled(f"{described} was cancelled: {row['error_message']}")
         return False, None
 
+    def new_progress(self, row: dict[str, Any] | None) -> Any:
+        """The run's progress in ``row`` if ``on_progress`` has not had it yet, else None."""
+        if self.on_progress is None or row is None:
+            return None
+        progress = row.get("progress")
+        if progress is None or progress == self.seen_progress:
+            return None
+        self.seen_progress = progress
+        return progress
+
     def to_mark(self) -> bool:
         """Whether to mark the run awaited now: once, when its end would be announced."""
         if self.marked or result_listener.mode != Mode.LISTENING:
@@ -85,77 +112,121 @@ class _Wait:
         return min(poll, remaining)
 
 
-def wait_for_result(workflow: Any, timeout: float | datetime.timedelta | None = None) -> Any:
+def wait_for_result(
+    workflow: Any, timeout: float | datetime.timedelta | None = None, *, on_progress: OnProgress | None = None
+) -> Any:
     """Wait until run ``workflow`` (a row or its id) finishes and return its
     output; raise ``WorkflowFailed`` if it failed, ``WorkflowCancelled`` if it
     was cancelled, ``TimeoutError`` if ``timeout`` (seconds or a timedelta)
     passes first, and ``Workflow.DoesNotExist`` if there is no such run (or it
     is deleted while waited for).
 
+    ``on_progress(details)`` is called, in this thread, with the run's progress
+    (``ctx.set_progress``) as it is when the wait starts and with each new
+    value while it waits, woken as the result is; values written between two
+    wake-ups are coalesced to the latest.
+
     Not inside ``transaction.atomic()``: a run started in it is invisible to
     workers until it commits, and the wait's mark would lock the run's row.
     """
-    wait = _Wait(workflow, timeout, "wait_for_result")
+    wait = _Wait(workflow, timeout, "wait_for_result", on_progress)
     if connections[conf.DATABASE].in_atomic_block:
         raise OrchestrationError(
             f"wait_for_result(workflow {wait.workflow_id}) was called inside transaction.atomic(): a run started "
             "in that transaction is invisible to workers until it commits. Wait after the commit."
         )
-    done, output = wait.outcome(wait.read.first())
+    row = wait.read.first()
+    _report(wait, row)
+    done, output = wait.outcome(row)
     if done:
         return output
-    woken, delivered = threading.Event(), []
+    woken = threading.Event()
+    delivered: list[dict[str, Any] | None] = []
 
     def wake(row: dict[str, Any] | None) -> None:
-        if row is not None:
-            delivered.append(row)
+        delivered.append(row)
         woken.set()
 
     with result_listener.subscribed(wait.workflow_id, wake):
         row = None
         while True:
-            woken.clear()
             if row is None:  # nothing delivered: read it
                 if wait.to_mark():
                     wait.rows.update(awaited=True)
                 row = wait.read.first()
+            _report(wait, row)
             done, output = wait.outcome(row)
             if done:
                 return output
             woken.wait(wait.pause())
-            row = delivered.pop() if delivered else None
+            woken.clear()  # before taking what was delivered: a row delivered after it wakes the next wait
+            row = _newest(delivered)
 
 
-async def aget_result(workflow: Any, timeout: float | datetime.timedelta | None = None) -> Any:
+async def aget_result(
+    workflow: Any, timeout: float | datetime.timedelta | None = None, *, on_progress: OnProgress | None = None
+) -> Any:
     """``wait_for_result`` for async code: the wait holds no thread (the
     process's listener wakes this task with the run's row); the reads before
-    it go through Django's async ORM."""
-    wait = _Wait(workflow, timeout, "aget_result")
-    done, output = wait.outcome(await wait.read.afirst())
+    it go through Django's async ORM. ``on_progress`` may be a plain function
+    or a coroutine function (awaited)."""
+    wait = _Wait(workflow, timeout, "aget_result", on_progress)
+    row = await wait.read.afirst()
+    await _areport(wait, row)
+    done, output = wait.outcome(row)
     if done:
         return output
     loop = asyncio.get_running_loop()
-    woken, delivered = asyncio.Event(), []
+    woken = asyncio.Event()
+    delivered: list[dict[str, Any] | None] = []
 
     def wake(row: dict[str, Any] | None) -> None:
-        if row is not None:
-            delivered.append(row)
+        delivered.append(row)
         woken.set()
 
     with result_listener.subscribed(wait.workflow_id, lambda row: loop.call_soon_threadsafe(wake, row)):
         row = None
         while True:
-            woken.clear()
             if row is None:  # nothing delivered: read it
                 if wait.to_mark():
                     await wait.rows.aupdate(awaited=True)
                 row = await wait.read.afirst()
+            await _areport(wait, row)
             done, output = wait.outcome(row)
             if done:
                 return output
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(woken.wait(), wait.pause())
-            row = delivered.pop() if delivered else None
+            woken.clear()
+            row = _newest(delivered)
+
+
+def _newest(delivered: list[dict[str, Any] | None]) -> dict[str, Any] | None:
+    """Take what the listener delivered: the newest row (a run's end, or new
+    progress, comes in several), or None (read the run) when nothing was, or
+    a wake-up without a row (the listener's mode changed) was among them."""
+    taken = len(delivered)  # the listener appends meanwhile: only what was there is taken
+    rows = delivered[:taken]
+    del delivered[:taken]
+    if not rows or any(row is None for row in rows):
+        return None
+    return rows[-1]
+
+
+def _report(wait: _Wait, row: dict[str, Any] | None) -> None:
+    progress = wait.new_progress(row)
+    if progress is not None:
+        assert wait.on_progress is not None
+        wait.on_progress(progress)
+
+
+async def _areport(wait: _Wait, row: dict[str, Any] | None) -> None:
+    progress = wait.new_progress(row)
+    if progress is not None:
+        assert wait.on_progress is not None
+        reported = wait.on_progress(progress)
+        if inspect.isawaitable(reported):
+            await reported
 
 
 def _workflow_id(workflow: Any, what: str) -> uuid.UUID:

@@ -237,6 +237,56 @@ def validate_step_name(name: Any) -> None:
         raise InvalidWorkflowInput(f"Step name {name[:40]!r}... is longer than {STEP_NAME_MAX_LENGTH} characters.")
 
 
+#: A run's tags: at most this many, each a non-empty string of at most ``TAG_MAX_LENGTH`` characters.
+MAX_TAGS = 20
+TAG_MAX_LENGTH = 100
+
+
+def validate_tags(tags: Any) -> list[str] | None:
+    """A run's ``tags`` as stored: a list of strings, each once, in the order
+    given; None (or an empty list) is none. Anything else raises naming it, so
+    that no run is stored with tags it was not meant to have (a str is refused,
+    not taken as its characters)."""
+    if tags is None:
+        return None
+    if not isinstance(tags, list | tuple):
+        raise InvalidWorkflowInput(f"tags must be a list of strings, not {type(tags).__name__} {tags!r:.80}.")
+    for tag in tags:
+        if not isinstance(tag, str) or not tag.strip():
+            raise InvalidWorkflowInput(f"tags must be a list of non-empty strings; {tag!r:.80} is not one.")
+        check_text(tag, f"Tag {tag[:40]!r}")
+        if _CONTROL_CHARACTER.search(tag):
+            raise InvalidWorkflowInput(f"Tag {tag[:40]!r} contains a control character.")
+        if len(tag) > TAG_MAX_LENGTH:
+            raise InvalidWorkflowInput(f"Tag {tag[:40]!r}... is {len(tag)} characters; the limit is {TAG_MAX_LENGTH}.")
+    unique = list(dict.fromkeys(tags))
+    if len(unique) > MAX_TAGS:
+        raise InvalidWorkflowInput(f"A run takes at most {MAX_TAGS} tags, not {len(unique)}.")
+    return unique or None
+
+
+#: The most a run's progress takes as JSON: a few numbers and a message, written
+#: up to once a second and read by every waiter and console page that shows it.
+PROGRESS_MAX_BYTES = 8 * 1024
+
+
+def validate_progress(details: Any) -> dict[str, Any]:
+    """``ctx.set_progress``'s ``details`` as jsonb will read it back: a JSON
+    object of at most ``PROGRESS_MAX_BYTES``; anything else raises naming it."""
+    if not isinstance(details, dict):
+        raise InvalidWorkflowInput(
+            f"ctx.set_progress takes a JSON object (a dict), such as {{'done': 40, 'total': 100}}, "
+            f"not {type(details).__name__} {details!r:.80}."
+        )
+    value, encoded = to_json(details, "ctx.set_progress's details")
+    if len(encoded) > PROGRESS_MAX_BYTES:
+        raise InvalidWorkflowInput(
+            f"ctx.set_progress's details are {len(encoded)} bytes as JSON, over the {PROGRESS_MAX_BYTES}-byte "
+            "limit: report a few numbers and a message, and keep larger data in a step's result."
+        )
+    return value
+
+
 #: An event's name, with the "event: " prefix, must fit ``workflows.waiting_for``,
 #: which is how ``send_event`` finds the workflow that waits for it.
 EVENT_NAME_MAX_LENGTH = 150

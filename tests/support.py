@@ -65,6 +65,21 @@ def drain(max_runs: int = 100, *, hurry_retries: bool = True) -> list[str]:
     raise AssertionError(f"still claiming after {max_runs} runs")
 
 
+def later(seconds: float, action: Any) -> threading.Thread:
+    """Run ``action`` from another thread, on its own connection, after ``seconds``."""
+
+    def run() -> None:
+        threading.Event().wait(seconds)
+        try:
+            action()
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread
+
+
 def run_async(main: Coroutine[Any, Any, T]) -> T:
     """``asyncio.run(main)``, then close the connection Django's async ORM
     opened in its thread for sync work (as a server's request end would)."""

@@ -85,6 +85,19 @@ class RecordedStep(NamedTuple):
     output: Any
 
 
+#: How often a run's progress is written at most while its code reports it
+#: (seconds): the values between are coalesced, the last one always written
+#: (``Lease.note_progress``).
+PROGRESS_INTERVAL = 1.0
+
+
+class Progress(NamedTuple):
+    """A value ``ctx.set_progress`` was given, not written yet (a box, so that
+    a pending None-free value is told from none by identity)."""
+
+    details: dict[str, Any]
+
+
 @dataclass
 class OutagePolicy:
     """Retry a write through a database outage (``outages.is_outage``: lost,
@@ -161,6 +174,10 @@ class Lease:
     #: time.monotonic() when it was claimed.
     claimed_at: float = field(default_factory=time.monotonic)
     outage: OutagePolicy | None = None
+    #: The progress reported and not written yet (``note_progress``).
+    progress: Progress | None = None
+    #: time.monotonic() of the last progress write (0: none yet, so the first is written at once).
+    progress_written_at: float = 0.0
 
     @functools.cached_property
     def id_text(self) -> str:
@@ -251,6 +268,32 @@ class Lease:
         )
         if not held.update(patches=merged):
             self._lost()
+
+    # -- progress -----------------------------------------------------------------
+
+    def note_progress(self, details: dict[str, Any]) -> bool:
+        """Keep ``details`` as the run's progress, to be written by ``write_progress``;
+        whether that write is due now (``PROGRESS_INTERVAL`` has passed since the
+        last). The caller writes it then, or leaves it for the next step boundary
+        or the run's end (``ctx``, ``worker.execution``), so that a thousand
+        reports a second cost one write a second and the last one always lands."""
+        self.progress = Progress(details)
+        return time.monotonic() - self.progress_written_at >= PROGRESS_INTERVAL
+
+    @_through_outages
+    def write_progress(self) -> None:
+        """Write the progress kept by ``note_progress``, if any, fenced as every
+        write of the run: a worker that lost the run writes nothing (``LeaseLost``).
+        A value reported while it is written stays kept for the next write."""
+        pending = self.progress
+        if pending is None:
+            return
+        self.progress_written_at = time.monotonic()
+        held = _workflows().filter(pk=self.id, lease_token=self.lease_token, status=WorkflowStatus.RUNNING)
+        if not held.update(progress=pending.details):
+            self._lost()
+        if self.progress is pending:
+            self.progress = None
 
     # -- the run's end ------------------------------------------------------------
 

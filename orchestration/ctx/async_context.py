@@ -30,6 +30,7 @@ import contextvars
 import dataclasses
 import datetime
 import inspect
+import logging
 import time
 from collections.abc import Callable, Coroutine, Generator, Iterable, Iterator, Sequence
 from typing import Any
@@ -43,9 +44,11 @@ from ..claim.lease import Lease
 from ..errors import ControlFlow, DeadlineExceeded, LeaseLost, PermanentError, StepTimeout
 from ..observability import observe
 from ..outages import is_outage
-from ..validation import to_json, validate_step_timeout
+from ..validation import to_json, validate_progress, validate_step_timeout
 from . import timeouts
 from .context import ChildHandle, WorkflowContext
+
+logger = logging.getLogger(__name__)
 
 #: How often an async step body is checked for a lost lease while it runs (seconds).
 LOST_CHECK_INTERVAL = 0.25
@@ -227,6 +230,31 @@ class AsyncWorkflowContext(WorkflowContext):
         self._on_thread = on_thread
         #: Where the step bodies' sync calls run: by default the calling thread, lent by ``lend_calling_thread``.
         self.sync_calls = sync_calls or SyncCalls(timeouts.thread_databases())
+        #: The progress write running in the background, if any (``set_progress``).
+        self._progress_write: asyncio.Task[None] | None = None
+
+    def set_progress(self, details: dict[str, Any]) -> None:
+        """``WorkflowContext.set_progress`` (not awaited). In the loop, a write
+        that is due runs on the engine's thread in the background, one at a time;
+        a report made meanwhile waits for the next."""
+        value = validate_progress(details)
+        if not self._run.note_progress(value):
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # a sync step body, off the loop
+            self._run.write_progress()
+            return
+        if self._progress_write is None or self._progress_write.done():
+            self._progress_write = loop.create_task(self._write_progress())
+
+    async def _write_progress(self) -> None:
+        try:
+            await self._on_thread(self._run.write_progress)()
+        except LeaseLost:
+            pass  # the lease's ``lost`` is set: the run's watch ends it
+        except Exception as exc:  # the report is kept, written by the next step boundary
+            logger.warning("workflow %s: writing its progress failed: %s", self._run.id, exc)
 
     def patched(self, change_id: str) -> _Decision:  # type: ignore[override]
         """``WorkflowContext.patched``, awaited: ``if await ctx.patched("id"):``.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import inspect
 import logging
@@ -42,6 +43,7 @@ from ..validation import (
     to_json_value,
     to_timedelta,
     validate_event_name,
+    validate_progress,
     validate_step_name,
     validate_step_timeout,
 )
@@ -116,6 +118,20 @@ class WorkflowContext:
         """The number the next step gets, and whether it is recorded completed (a replay: it runs nothing)."""
         recorded = self._recorded.get(self._next_number)
         return self._next_number, recorded is not None and recorded.status == StepStatus.COMPLETED
+
+    def set_progress(self, details: dict[str, Any]) -> None:
+        """Say how far the run has got: ``details`` is a JSON object, such as
+        ``{"done": 40, "total": 100, "message": "resizing"}``, stored in the run's
+        ``progress`` and handed to those who wait for its result
+        (``wait_for_result(..., on_progress=...)``). Callable in the workflow's
+        body and in a step's function. Reports are coalesced: at most about one
+        write a second, and the last one is written by the next step boundary
+        or the run's end. A value that is not a JSON object, or over
+        ``PROGRESS_MAX_BYTES``, raises ``InvalidWorkflowInput`` here, and nothing
+        of it is kept."""
+        value = validate_progress(details)
+        if self._run.note_progress(value) and not _in_event_loop():  # the ORM refuses to run in a loop
+            self._run.write_progress()
 
     def patched(self, change_id: str) -> bool:
         """True where this run reaches this point on code with change ``change_id``;
@@ -258,13 +274,23 @@ class WorkflowContext:
         raise Suspend(timeout_at, Wait.event(name), ready=lambda: waits.has_unconsumed_event(run.id, name))
 
     def start_child(
-        self, workflow_type: str, input_data: Any = None, *, detached: bool = False, **options: Any
+        self,
+        workflow_type: str,
+        input_data: Any = None,
+        *,
+        detached: bool = False,
+        inherit_tags: bool = False,
+        **options: Any,
     ) -> ChildHandle:
         """Start a child workflow (exactly once, recorded as a step) and return its handle.
 
-        Cancelling this run cancels the child too, unless it is ``detached``."""
+        Cancelling this run cancels the child too, unless it is ``detached``.
+        With ``inherit_tags=True`` the child is tagged with this run's tags, and
+        with its own ``tags=[...]`` after them."""
         if not isinstance(detached, bool):
             raise InvalidWorkflowInput(f"detached must be True or False, not {detached!r}.")
+        if not isinstance(inherit_tags, bool):
+            raise InvalidWorkflowInput(f"inherit_tags must be True or False, not {inherit_tags!r}.")
         name = f"start child {workflow_type}"[:200]
         number, done, recorded_output = self._begin(name)
         if done:
@@ -273,6 +299,8 @@ class WorkflowContext:
 
         def start_child() -> dict[str, str]:
             key = waits.child_key(run.id, number)
+            if inherit_tags:
+                options["tags"] = inherited_tags(run.id, options.get("tags"))
             child = start_workflow(workflow_type, input_data, idempotency_key=key, **options)
             Workflow.objects.using(conf.DATABASE).filter(pk=child.pk).update(parent_id=run.id, detached=detached)
             return {"workflow_id": str(child.pk)}
@@ -406,6 +434,8 @@ class WorkflowContext:
     def _next(self, name: str) -> tuple[int, RecordedStep | None]:
         """Number the next step and check it against the recorded history."""
         validate_step_name(name)
+        if self._run.progress is not None:  # the last report lands by the previous step's checkpoint
+            self._run.write_progress()
         number = self._next_number
         self._next_number += 1
         if number == self._run.placeholder:
@@ -536,6 +566,22 @@ class WorkflowContext:
             raise ReleaseRequested()
         if self._run.deadline is not None and clock.now() >= self._run.deadline:
             raise DeadlineExceeded(f"Workflow {self._run.id} is past its deadline {self._run.deadline.isoformat()}.")
+
+
+def _in_event_loop() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
+def inherited_tags(parent_id: uuid.UUID, own: Any) -> Any:
+    """A child's tags: its parent's, then its ``own`` (checked by ``start_workflow``)."""
+    parents = Workflow.objects.using(conf.DATABASE).filter(pk=parent_id).values_list("tags", flat=True).first()
+    if own is not None and not isinstance(own, list | tuple):
+        return own  # refused by start_workflow, as given
+    return [*(parents or []), *(own or [])] or None
 
 
 #: What a step that returned an awaitable is told, by where it was given.

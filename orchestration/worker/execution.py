@@ -137,6 +137,8 @@ def _prepare(
 def _returned(run: Lease, result: Any, started: float, finish_later: Callable[[FinishedRun], None] | None) -> Outcome:
     """Complete a run whose function returned ``result`` (or hand it to ``finish_later``)."""
     encoded = to_json_text(result, lambda: f"The return value of workflow {run.workflow_type!r}")
+    if run.progress is not None:  # reported after its last step: written before the run ends
+        run.write_progress()
     if finish_later is not None and run.placeholder is None:
         finish_later(FinishedRun(run, encoded, started))
         return Outcome.FINISHING
@@ -150,6 +152,14 @@ def _ended(run: Lease, ctx: WorkflowContext | None, exc: BaseException, started:
     if isinstance(exc, LeaseLost):  # RunCancelled too
         logger.warning("workflow %s (%s) stopped: %s", run.id, run.workflow_type, exc)
         return Outcome.ABANDONED
+    if run.progress is not None and not isinstance(exc, NotRegisteredHere):
+        try:  # the last report lands before the attempt's outcome, as before a step's checkpoint
+            run.write_progress()
+        except LeaseLost as lost:
+            logger.warning("workflow %s (%s) stopped: %s", run.id, run.workflow_type, lost)
+            return Outcome.ABANDONED
+        except Exception as error:  # the outcome matters more: it is written all the same
+            logger.warning("workflow %s (%s): writing its progress failed: %s", run.id, run.workflow_type, error)
     if isinstance(exc, ReleaseRequested):
         return _settle(run, run.release, Outcome.RELEASED, "released to pending for shutdown")
     if isinstance(exc, Suspend):

@@ -6,7 +6,6 @@ move from another thread, as any other process would finish them."""
 from __future__ import annotations
 
 import asyncio
-import threading
 import time
 import uuid
 
@@ -25,24 +24,9 @@ from orchestration import (
 )
 from orchestration.listen import RESULT_CHANNEL
 from orchestration.models import Workflow
-from tests.support import drain, other_connection, run_async
+from tests.support import drain, later, other_connection, run_async
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-def later(seconds: float, action) -> threading.Thread:
-    """Run ``action`` from another thread, on its own connection, after ``seconds``."""
-
-    def run() -> None:
-        threading.Event().wait(seconds)
-        try:
-            action()
-        finally:
-            connections.close_all()
-
-    thread = threading.Thread(target=run)
-    thread.start()
-    return thread
 
 
 def test_wait_for_result__returns_the_output_of_a_completed_run():

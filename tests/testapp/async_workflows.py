@@ -160,3 +160,17 @@ async def async_batch(ctx: Any, data: Any) -> Any:
     handles = await ctx.start_children("square_or_fail", data["inputs"])
     outcomes = await ctx.wait_for(handles, return_exceptions=True)
     return [{"failed": outcome.status} if isinstance(outcome, Exception) else outcome for outcome in outcomes]
+
+
+async def areport(ctx: Any, done: int) -> int:
+    ctx.set_progress({"done": done, "total": 3, "message": "in an async step"})
+    return done
+
+
+@workflow("async_reports")
+async def async_reports(ctx: Any, data: Any) -> Any:
+    ctx.set_progress({"done": 0, "total": 3, "message": "starting"})
+    for n in (1, 2):
+        await ctx.step(f"report {n}", areport, ctx, n)
+    ctx.set_progress({"done": 3, "total": 3, "message": "done"})
+    return "reported"

@@ -375,3 +375,57 @@ def loops_forever(ctx: Any, data: Any) -> Any:
 @workflow("overruns_its_step_timeout", max_retries=0)
 def overruns_its_step_timeout(ctx: Any, data: dict[str, float]) -> Any:
     return ctx.step("nap", time.sleep, data["seconds"], timeout=data["limit"])
+
+
+@workflow("reports_then_waits", max_retries=0)
+def reports_then_waits(ctx: Any, data: Any) -> Any:
+    """Half done, then waits for event "go", then done: progress a waiter sees change."""
+    ctx.set_progress({"done": 1, "total": 2, "message": "waiting for go"})
+    ctx.wait_for_event("go")
+    ctx.set_progress({"done": 2, "total": 2, "message": "finished"})
+    return "went"
+
+
+def report_often(ctx: Any, reports: int, pause: float) -> int:
+    for n in range(1, reports + 1):
+        ctx.set_progress({"done": n, "total": reports})
+        time.sleep(pause)
+    return reports
+
+
+@workflow("reports_often", max_retries=0)
+def reports_often(ctx: Any, data: dict[str, Any]) -> Any:
+    """A step that reports ``reports`` times, ``pause`` seconds apart (a closure over ctx)."""
+    return ctx.step("count", report_often, ctx, data["reports"], data["pause"])
+
+
+def cancel_then_report(ctx: Any) -> None:
+    from orchestration import cancel_workflow
+
+    cancel_workflow(ctx.workflow_id, "cancelled by the test")
+    ctx.set_progress({"done": 1})
+
+
+@workflow("reports_after_losing_its_run", max_retries=0)
+def reports_after_losing_its_run(ctx: Any, data: Any) -> Any:
+    ctx.step("cancel, then report", cancel_then_report, ctx)
+
+
+@workflow("reports_badly", max_retries=0)
+def reports_badly(ctx: Any, data: Any) -> Any:
+    """Each bad value is refused at the call; the run goes on to report a good one."""
+    refused = []
+    for bad in (["a", "list"], "50%", {"when": object()}, {"message": "x" * 10_000}):
+        try:
+            ctx.set_progress(bad)
+        except Exception as exc:
+            refused.append(f"{type(exc).__name__}: {exc}")
+    ctx.set_progress({"done": 1, "total": 1})
+    return refused
+
+
+@workflow("tags_its_children", max_retries=0)
+def tags_its_children(ctx: Any, data: dict[str, Any]) -> Any:
+    inherited = ctx.start_child("echo", 1, inherit_tags=True, tags=["child"])
+    own = ctx.start_child("echo", 2, tags=["child"])
+    return [str(inherited.workflow_id), str(own.workflow_id)]

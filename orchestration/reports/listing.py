@@ -7,6 +7,7 @@ index of ``workflows`` however many finished rows the table keeps.
 - why pending: the pending rows (``waits.pending_q``);
 - created since: ``idx_workflows_created``; parent: ``idx_workflows_parent``;
 - held by a worker: the running rows (``idx_workflows_running``);
+- tag: ``idx_workflows_tags`` (GIN, ``tags @>``), and the newest of its runs sorted;
 - search: the primary key (an id or its first characters), the end of an id
   (``idx_workflows_id_tail``), the type index (an exact type, or the types
   whose names contain the term, read from the registry and a loose index scan),
@@ -32,6 +33,7 @@ from .. import worker_rows
 from ..conf import conf
 from ..models import Workflow, WorkflowStatus, WorkflowWorker
 from ..registry import registered_workflows
+from ..validation import dumps_for_display
 from ..waits import PendingReason, WaitKind, pending_q, pending_reason
 from . import stats, step_window
 
@@ -70,13 +72,13 @@ def uuid_prefix_range(term: str) -> tuple[uuid.UUID, uuid.UUID] | None:
 
 def search_q(term: str) -> Q:
     """An id (or its first or last characters), a type (or part of its name), an
-    idempotency key, or a part of an error message; each read through an index."""
+    idempotency key, a tag, or a part of an error message; each read through an index."""
     term = term.strip()
     needle = term.lower()
     # The types whose names contain it: a type no row has and no code registers finds nothing.
     types = sorted(name for name in {*stats.workflow_types(), *registered_workflows()} if needle in name.lower())
     # A key held for ever, or with a scope: each column's index holds its keys.
-    condition = Q(idempotency_key=term) | Q(scoped_key=term)
+    condition = Q(idempotency_key=term) | Q(scoped_key=term) | Q(tags__contains=[term])
     if types:
         condition |= Q(workflow_type__in=types)
     ids = uuid_prefix_range(term)
@@ -152,6 +154,7 @@ class Filters:
     created_since: datetime.datetime | None = None
     parent: str | None = None
     worker: str | None = None
+    tag: str | None = None
     search: str | None = None
 
     def q(self) -> Q:
@@ -176,6 +179,8 @@ class Filters:
             condition &= Q(parent_id=parse_uuid(self.parent, "Parent"))
         if self.worker is not None:
             condition &= held_by_q(self.worker)
+        if self.tag is not None:
+            condition &= Q(tags__contains=[self.tag])
         if self.search:
             condition &= search_q(self.search)
         return condition
@@ -208,6 +213,8 @@ SUMMARY_FIELDS = (
     "updated_at",
     "started_at",
     "finished_at",
+    "tags",
+    "progress",
 )
 
 
@@ -217,6 +224,30 @@ def summary(row: dict[str, Any], now: datetime.datetime) -> dict[str, Any]:
     if row["status"] == WorkflowStatus.PENDING:
         why = pending_reason(row["run_after"], row["waiting_for"], row["error_message"], now).value
     return {**row, "pending_reason": why}
+
+
+def progress_fraction(progress: Any) -> float | None:
+    """How much of a run is done, 0 to 1, where its progress has numbers
+    ``done`` and ``total`` (above 0); else None (a bar cannot say it)."""
+    if not isinstance(progress, dict):
+        return None
+    done, total = progress.get("done"), progress.get("total")
+    if isinstance(done, bool) or isinstance(total, bool):
+        return None
+    if not isinstance(done, int | float) or not isinstance(total, int | float) or total <= 0:
+        return None
+    return float(min(max(done / total, 0.0), 1.0))
+
+
+def progress_text(progress: Any) -> str:
+    """A run's progress in a line: "40 of 100 (40%): resizing", its
+    ``message`` alone, or its JSON when it has neither."""
+    fraction = progress_fraction(progress)
+    message = progress.get("message") if isinstance(progress, dict) else None
+    said = f"{progress['done']:g} of {progress['total']:g} ({fraction:.0%})" if fraction is not None else ""
+    if isinstance(message, str) and message:
+        said = f"{said}: {message}" if said else message
+    return said or dumps_for_display(progress)
 
 
 def rows(filters: Filters, limit: int) -> list[dict[str, Any]]:

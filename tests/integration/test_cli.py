@@ -167,6 +167,32 @@ def test_show__a_forks_origin_patches_and_error_history():
     assert "errors:     2026-01-01T00:00:00Z attempt 1 step 2 (pending): boom" in text
 
 
+def test_list__tag_lists_the_runs_started_with_it():
+    tagged = start_workflow("echo", 1, tags=["customer-42", "import"])
+    start_workflow("echo", 2, tags=["customer-7"])
+    start_workflow("echo", 3)
+    assert [row["id"] for row in run_json("list", "--tag", "customer-42")] == [str(tagged.pk)]
+    assert run_json("list", "--tag", "customer-42")[0]["tags"] == ["customer-42", "import"]
+    assert [row["id"] for row in run_json("list", "--search", "customer-42")] == [str(tagged.pk)]
+    assert run("list", "--tag", "nobody").splitlines()[-1] == "(no workflow matches)"
+
+
+def test_show__a_runs_tags_and_progress():
+    run_row = WorkflowFactory(
+        status="running", tags=["customer-42"], progress={"done": 40, "total": 100, "message": "resizing"}
+    )
+    assert run_json("show", str(run_row.pk))["progress"] == {"done": 40, "total": 100, "message": "resizing"}
+    text = run("show", str(run_row.pk))
+    assert "progress:   40 of 100 (40%): resizing" in text and "tags:       customer-42" in text
+
+
+def test_show__progress_without_numbers_shows_its_message_or_its_json():
+    said = WorkflowFactory(status="running", progress={"message": "warming up"})
+    raw = WorkflowFactory(status="running", progress={"phase": 2})
+    assert "progress:   warming up" in run("show", str(said.pk))
+    assert 'progress:   {"phase": 2}' in run("show", str(raw.pk))
+
+
 def test_show__a_key_with_its_scope():
     started = start_workflow("echo", {}, idempotency_key="report-7", unique_while_active=True)
     shown = run_json("show", str(started.pk))

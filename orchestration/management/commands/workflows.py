@@ -91,6 +91,7 @@ class Command(JsonErrors, ReportsOutages):
         found.add_argument("--since", type=_since, help="created since: a date, a moment or an age (6h, 7d)")
         found.add_argument("--parent", help="the children of this workflow")
         found.add_argument("--worker", help="the runs this worker holds")
+        found.add_argument("--tag", help="the runs started with this tag")
         found.add_argument("--search", help="an id (or its first characters), an exact type or an idempotency key")
         found.add_argument("--limit", action=Bounded, minimum=1, default=50, help="how many (default 50)")
         shown = "One workflow: its columns, error history, patches, fork origin, steps, children and events."
@@ -171,6 +172,7 @@ class Command(JsonErrors, ReportsOutages):
             created_since=options["since"],
             parent=options["parent"],
             worker=options["worker"],
+            tag=options["tag"],
             search=options["search"],
         )
         try:
@@ -210,6 +212,10 @@ class Command(JsonErrors, ReportsOutages):
         for key in ("idempotency_key", "worker_id", "parent_id", "waiting_for", "run_after", "deadline"):
             if found[key] is not None:
                 self.stdout.write(f"{key.replace('_', ' ') + ':':<12}{printable(str(found[key]))}")
+        if found["tags"]:
+            self.stdout.write(f"{'tags:':<12}{printable(', '.join(found['tags']))}")
+        if found["progress"] is not None:
+            self.stdout.write(f"{'progress:':<12}{printable(listing.progress_text(found['progress']))}")
         if found["scoped_key"] is not None:
             self.stdout.write(f"{'key:':<12}{printable(found['scoped_key'])} ({found['key_scope']})")
         if found["forked_from_id"] is not None:

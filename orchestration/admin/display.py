@@ -23,6 +23,7 @@ from .. import moments
 from ..conf import conf
 from ..models import Workflow, WorkflowWorker
 from ..reports.charts import format_duration
+from ..reports.listing import progress_text
 from ..validation import dumps_for_display
 from ..waits import WAIT_FOREVER, PendingReason, Wait, pending_reason
 
@@ -162,3 +163,13 @@ def worker_link(worker_id: str | None) -> SafeString | str:
         return format_html('{} <span class="orch-muted">(stopped)</span>', worker_id)
     gone = format_html(' <span class="orch-badge orch-failed">gone</span>') if row["gone_at"] else ""
     return format_html('<a href="{}">{}</a>{}', worker_url(worker_id), worker_id, gone)
+
+
+def progress_bar(progress: Any, fraction: float) -> SafeString:
+    """A run's progress as a bar (``listing.progress_fraction`` of it), its line as the title."""
+    return format_html(
+        '<progress class="orch-progress" max="100" value="{}" title="{}">{}%</progress>',
+        round(fraction * 100),
+        progress_text(progress),
+        round(fraction * 100),
+    )

@@ -131,3 +131,19 @@ class WorkerFilter(admin.SimpleListFilter):
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Workflow]) -> QuerySet[Workflow]:
         return queryset.filter(held_by_q(str(self.value()))) if self.value() else queryset
+
+
+class TagFilter(admin.SimpleListFilter):
+    """The runs started with one tag (``?tag=<tag>``, linked from a run's page;
+    the search finds a tag too); offered only when in use: listing every tag
+    would read every tagged row. Read through ``idx_workflows_tags``."""
+
+    title = "tag"
+    parameter_name = "tag"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        value = self.value()
+        return [(str(value), f"tagged {value}")] if value else []
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Workflow]) -> QuerySet[Workflow]:
+        return queryset.filter(tags__contains=[str(self.value())]) if self.value() else queryset

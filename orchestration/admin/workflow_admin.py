@@ -27,7 +27,7 @@ from django.utils.safestring import SafeString
 from ..conf import conf
 from ..models import FINISHED_STATUSES, StepStatus, Workflow, WorkflowStatus, WorkflowStep
 from ..reports import charts, step_window
-from ..reports.listing import children_by_status, search_q, short_id
+from ..reports.listing import children_by_status, progress_fraction, progress_text, search_q, short_id
 from ..reports.pagination import EstimatedCountPaginator
 from .actions import cancel_workflows, requeue_stuck_workflows, restart_workflows, retry_workflows
 from .display import (
@@ -36,6 +36,7 @@ from .display import (
     changelist_url,
     pending_label,
     pretty_json,
+    progress_bar,
     status_badge,
     timestamp,
     timestamp_column,
@@ -43,7 +44,15 @@ from .display import (
     waiting_what,
     worker_link,
 )
-from .filters import ParentFilter, PendingFilter, QueueFilter, StatusFilter, WorkerFilter, WorkflowTypeFilter
+from .filters import (
+    ParentFilter,
+    PendingFilter,
+    QueueFilter,
+    StatusFilter,
+    TagFilter,
+    WorkerFilter,
+    WorkflowTypeFilter,
+)
 from .fork import fork, fork_context
 from .limits import time_limited
 from .page import run_action, step_at_fault, summary
@@ -101,7 +110,7 @@ class WorkflowAdmin(ReadOnlyConsole, admin.ModelAdmin):
 
     # Fits 1280 px: the end of the id, one line of error; a queue other than the
     # default under the type, attempts past the first under the progress.
-    list_display = ("short_id", "status_label", "type_label", "progress", "last_error", "created", "duration")
+    list_display = ("short_id", "status_label", "type_label", "progress_column", "last_error", "created", "duration")
     list_display_links = ("short_id",)
     list_filter = (
         StatusFilter,
@@ -111,12 +120,13 @@ class WorkflowAdmin(ReadOnlyConsole, admin.ModelAdmin):
         ("created_at", admin.DateFieldListFilter),
         ParentFilter,
         WorkerFilter,
+        TagFilter,
     )
     # Replaced by get_search_results; declared so the search box shows.
     search_fields = ("=id", "=workflow_type", "=idempotency_key")
     search_help_text = (
         "An id, its first characters or its last (the 8 the list shows), a type or part of its name, "
-        "an idempotency key, or else words of an error message (3 characters or more)."
+        "an idempotency key, a tag, or else words of an error message (3 characters or more)."
     )
     fieldsets = (
         (
@@ -128,9 +138,11 @@ class WorkflowAdmin(ReadOnlyConsole, admin.ModelAdmin):
                     ("attempts_label", "steps_label"),
                     ("idempotency_key", "worker"),
                     ("scoped_key", "key_scope"),
+                    ("tags_label",),
                 )
             },
         ),
+        ("Progress", {"fields": ("progress_label",)}),
         ("Waiting", {"fields": (("waiting_label", "waiting_until_label"),)}),
         ("Parent and children", {"fields": (("parent_link", "children_label"),)}),
         ("Traceback", {"fields": ("traceback",), "classes": ("collapse",)}),
@@ -152,6 +164,7 @@ class WorkflowAdmin(ReadOnlyConsole, admin.ModelAdmin):
     readonly_fields = flatten_fieldsets(fieldsets)
     #: Fieldsets shown only when the workflow has something to show in them.
     optional_fieldsets: dict[str, Callable[[Workflow], Any]] = {
+        "Progress": lambda workflow: workflow.progress is not None,
         "Waiting": lambda workflow: workflow.status == WorkflowStatus.PENDING and workflow.waiting_for,
         "Parent and children": lambda workflow: workflow.parent_id or _children_by_status(workflow),
         "Traceback": lambda workflow: workflow.error_traceback,
@@ -251,14 +264,32 @@ class WorkflowAdmin(ReadOnlyConsole, admin.ModelAdmin):
             return format_html("{}", obj.workflow_type)
         return format_html('{}<span class="orch-why">queue {}</span>', obj.workflow_type, obj.queue)
 
+    # Not ``progress``: the model's field of that name would be shown instead.
     @admin.display(description="progress")
-    def progress(self, obj: Workflow) -> SafeString:
+    def progress_column(self, obj: Workflow) -> SafeString:
         # Annotated by WorkflowChangeList: two index lookups per listed row.
         done, seen = getattr(obj, "completed_steps"), getattr(obj, "steps_seen")  # noqa: B009
         steps = format_html('<span title="completed steps / steps seen">{} / {}</span>', done, seen)
+        fraction = progress_fraction(obj.progress)
+        if fraction is not None:  # what the run's code said (ctx.set_progress), as a bar
+            steps = format_html("{}{}", steps, progress_bar(obj.progress, fraction))
         if obj.attempts <= 1:
             return steps
         return format_html('{}<span class="orch-why">attempt {} of {}</span>', steps, obj.attempts, obj.max_retries + 1)
+
+    @admin.display(description="progress")
+    def progress_label(self, obj: Workflow) -> SafeString | str:
+        fraction = progress_fraction(obj.progress)
+        said = format_html('<span class="orch-progress-text">{}</span>', progress_text(obj.progress))
+        return said if fraction is None else format_html("{}{}", progress_bar(obj.progress, fraction), said)
+
+    @admin.display(description="tags")
+    def tags_label(self, obj: Workflow) -> SafeString | str:
+        if not obj.tags:
+            return "—"
+        return format_html_join(
+            " ", '<a class="orch-tag" href="{}">{}</a>', ((changelist_url(tag=t), t) for t in obj.tags)
+        )
 
     @admin.display(description="attempts", ordering="attempts")
     def attempts_label(self, obj: Workflow) -> str:

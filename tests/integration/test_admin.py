@@ -153,6 +153,42 @@ def test_workflow_list__searches_by_id_prefix_full_id_type_and_idempotency_key(a
     assert listed_ids(admin_client.get(LIST_URL, {"q": "no such thing"})) == []
 
 
+def test_workflow_list__filters_and_searches_by_tag(admin_client):
+    tagged = WorkflowFactory(tags=["customer-42", "import"])
+    WorkflowFactory(tags=["customer-7"])
+    WorkflowFactory()
+    response = admin_client.get(LIST_URL, {"tag": "customer-42"})
+    assert listed_ids(response) == [str(tagged.pk)]
+    assert "tagged customer-42" in response.content.decode()  # the filter says it is in use
+    assert listed_ids(admin_client.get(LIST_URL, {"q": "customer-42"})) == [str(tagged.pk)]
+    assert listed_ids(admin_client.get(LIST_URL, {"tag": "nobody"})) == []
+
+
+def test_workflow_list__shows_a_bar_where_progress_has_done_and_total(admin_client):
+    counted = WorkflowFactory(status="running", progress={"done": 40, "total": 100, "message": "resizing"})
+    said = WorkflowFactory(status="running", progress={"message": "warming up"})
+    html = admin_client.get(LIST_URL).content.decode()
+    row = next(r for r in html.split("<tr") if str(counted.pk) in r)
+    assert (
+        '<progress class="orch-progress" max="100" value="40" title="40 of 100 (40%): resizing">40%</progress>' in row
+    )
+    assert "<progress" not in next(r for r in html.split("<tr") if str(said.pk) in r)
+
+
+def test_workflow_page__shows_its_progress_message_and_its_tags_linked_to_the_list(admin_client):
+    run = WorkflowFactory(
+        status="running", tags=["customer-42"], progress={"done": 3, "total": 4, "message": "resizing"}
+    )
+    html = admin_client.get(change_url(run)).content.decode()
+    assert '<span class="orch-progress-text">3 of 4 (75%): resizing</span>' in html
+    assert f'<a class="orch-tag" href="{LIST_URL}?tag=customer-42">customer-42</a>' in html
+
+
+def test_workflow_page__without_progress_has_no_progress_block(admin_client):
+    html = admin_client.get(change_url(WorkflowFactory(status="running"))).content.decode()
+    assert "orch-progress" not in html
+
+
 def test_workflow_list__cannot_add_or_delete(admin_client):
     response = admin_client.get(LIST_URL)
     actions = [choice for choice, _ in response.context["action_form"].fields["action"].choices]

@@ -161,7 +161,7 @@ def test_list__sorts_running_workflows_by_heartbeat_through_the_running_index(ad
 def test_list__offers_no_sort_an_index_cannot_answer__not_even_by_hand(admin_client, month):
     response = admin_client.get(LIST_URL)
     assert set(response.context["cl"].sortable_by) == {"created"}
-    for name in ("status_label", "type_label", "progress", "last_error", "duration", "short_id"):
+    for name in ("status_label", "type_label", "progress_column", "last_error", "duration", "short_id"):
         page, _ = list_queries(admin_client, {"o": column(admin_client, name)})
         assert 'ORDER BY "workflows"."created_at" DESC, "workflows"."id" DESC' in page, (name, page)
 

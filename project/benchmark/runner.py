@@ -80,6 +80,8 @@ class Options:
     wake: int = 0
     #: Children of the fan-out's parent, beside as many independent runs (0: no fan-out measured).
     fan_out: int = 0
+    #: Every step of the benchmark's runs reports progress once (``ctx.set_progress``).
+    progress: bool = False
     #: Only these measurements (``MEASUREMENTS``; empty: all of them).
     only: list[str] = field(default_factory=list)
 
@@ -462,7 +464,8 @@ class Benchmark:
         backends = server_backends(database.conninfo())
         with database.queue_alias():
             started = time.perf_counter()
-            workflows = start_workflows(WORKFLOW_TYPE, [{"steps": steps}] * count, concurrency_keys=keys)
+            data = {"steps": steps, "progress": True} if self.options.progress else {"steps": steps}
+            workflows = start_workflows(WORKFLOW_TYPE, [data] * count, concurrency_keys=keys)
             enqueue_seconds = time.perf_counter() - started
             meter = CpuMeter(self.worker_pids.get(database.label, []), backends)
         if enqueue_key:

@@ -1,5 +1,6 @@
 """The workflow the benchmark runs: ``steps`` no-op steps, so that what is
-measured is the engine (claim, checkpoints, completion), not user code."""
+measured is the engine (claim, checkpoints, completion), not user code; with
+``benchmark --progress``, steps that each report progress once."""
 
 from __future__ import annotations
 
@@ -17,9 +18,18 @@ def _noop() -> None:
     return None
 
 
+def _report(ctx: Any, done: int, total: int) -> None:
+    ctx.set_progress({"done": done, "total": total})
+
+
 def benchmark(ctx: Any, data: dict[str, Any]) -> None:
-    for n in range(data.get("steps", 1)):
-        ctx.step(STEP_NAMES[n] if n < len(STEP_NAMES) else f"step {n + 1}", _noop)
+    steps = data.get("steps", 1)
+    for n in range(steps):
+        name = STEP_NAMES[n] if n < len(STEP_NAMES) else f"step {n + 1}"
+        if data.get("progress"):  # benchmark --progress: each step reports once
+            ctx.step(name, _report, ctx, n + 1, steps)
+        else:
+            ctx.step(name, _noop)
 
 
 def register() -> None:

@@ -73,6 +73,9 @@ class Command(BaseCommand):
             parser.add_argument(f"--{option.replace('_', '-')}", action=Bounded, minimum=0, default=0, help=what)
         parser.add_argument("--no-flow-control", action="store_true", help="skip the runs under flow control's limits")
         parser.add_argument(
+            "--progress", action="store_true", help="every step of the benchmark's runs reports progress once"
+        )
+        parser.add_argument(
             "--only",
             default="",
             help=f"comma-separated measurements to run, of {', '.join(MEASUREMENTS)} (ratios need their base)",
@@ -119,6 +122,7 @@ class Command(BaseCommand):
             not_due=options["not_due"],
             wake=options["wake"],
             fan_out=options["fan_out"],
+            progress=options["progress"],
             only=[name for name in options["only"].split(",") if name],
         )
         unknown = set(settings.only) - set(MEASUREMENTS)

@@ -270,21 +270,21 @@ def validate_tags(tags: Any) -> list[str] | None:
 PROGRESS_MAX_BYTES = 8 * 1024
 
 
-def validate_progress(details: Any) -> dict[str, Any]:
-    """``ctx.set_progress``'s ``details`` as jsonb will read it back: a JSON
-    object of at most ``PROGRESS_MAX_BYTES``; anything else raises naming it."""
+def validate_progress(details: Any) -> str:
+    """``ctx.set_progress``'s ``details`` as JSON text: a JSON object of at
+    most ``PROGRESS_MAX_BYTES``; anything else raises naming it."""
     if not isinstance(details, dict):
         raise InvalidWorkflowInput(
             f"ctx.set_progress takes a JSON object (a dict), such as {{'done': 40, 'total': 100}}, "
             f"not {type(details).__name__} {details!r:.80}."
         )
-    value, encoded = to_json(details, "ctx.set_progress's details")
+    encoded = to_json_text(details, "ctx.set_progress's details")
     if len(encoded) > PROGRESS_MAX_BYTES:
         raise InvalidWorkflowInput(
             f"ctx.set_progress's details are {len(encoded)} bytes as JSON, over the {PROGRESS_MAX_BYTES}-byte "
             "limit: report a few numbers and a message, and keep larger data in a step's result."
         )
-    return value
+    return encoded
 
 
 #: An event's name, with the "event: " prefix, must fit ``workflows.waiting_for``,

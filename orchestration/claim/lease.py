@@ -92,10 +92,9 @@ PROGRESS_INTERVAL = 1.0
 
 
 class Progress(NamedTuple):
-    """A value ``ctx.set_progress`` was given, not written yet (a box, so that
-    a pending None-free value is told from none by identity)."""
+    """A value ``ctx.set_progress`` was given, not written yet: as JSON text."""
 
-    details: dict[str, Any]
+    text: str
 
 
 @dataclass
@@ -271,8 +270,8 @@ class Lease:
 
     # -- progress -----------------------------------------------------------------
 
-    def note_progress(self, details: dict[str, Any]) -> bool:
-        """Keep ``details`` as the run's progress, to be written by ``write_progress``;
+    def note_progress(self, details: str) -> bool:
+        """Keep ``details`` (JSON text) as the run's progress, to be written by ``write_progress``;
         whether that write is due now (``PROGRESS_INTERVAL`` has passed since the
         last). The caller writes it then, or leaves it for the next step boundary
         or the run's end (``ctx``, ``worker.execution``), so that a thousand
@@ -289,8 +288,9 @@ class Lease:
         if pending is None:
             return
         self.progress_written_at = time.monotonic()
-        held = _workflows().filter(pk=self.id, lease_token=self.lease_token, status=WorkflowStatus.RUNNING)
-        if not held.update(progress=pending.details):
+        unflushed = not connections[conf.DATABASE].in_atomic_block
+        params = {"id": self.id, "lease": self.lease_token, "progress": pending.text, "unflushed": unflushed}
+        if not run(conf.DATABASE, statements.PROGRESS_WRITE, params):
             self._lost()
         if self.progress is pending:
             self.progress = None

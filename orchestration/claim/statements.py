@@ -482,6 +482,22 @@ FENCED_WRITE = (
     "%(checkpoint_output)s::jsonb, %(checkpoint_age)s::float8, %(step)s::integer, %(name)s)"
 )
 
+#: A run's progress (``ctx.set_progress``, ``lease.Lease.write_progress``),
+#: fenced as every write of its worker, and returned (no row: the lease is gone).
+#: With ``%(unflushed)s``, its commit does not wait for the WAL's flush
+#: (``synchronous_commit`` off, for its own transaction only): a report is
+#: advisory, and the run's next write that waits (a step's checkpoint, its
+#: end) flushes it too, WAL being flushed in order. A flush a run cost a
+#: one-step run most of its throughput; never set inside a caller's transaction,
+#: whose commit it would change too.
+PROGRESS_WRITE = """
+WITH commit AS (SELECT CASE WHEN %(unflushed)s THEN set_config('synchronous_commit', 'off', true) END)
+UPDATE workflows SET progress = %(progress)s::jsonb
+FROM commit
+WHERE id = %(id)s AND lease_token = %(lease)s AND status IS NOT DISTINCT FROM 'running'
+RETURNING 1
+"""
+
 #: ``FENCED_WRITE``'s parameters for "no deferred checkpoint".
 NO_CHECKPOINT: dict[str, Any] = {
     "checkpoint_step": None,

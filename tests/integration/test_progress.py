@@ -27,7 +27,7 @@ def drain_something() -> None:
 
 
 def progress_writes(queries: CaptureQueriesContext) -> int:
-    return sum(1 for query in queries.captured_queries if 'SET "progress"' in query["sql"])
+    return sum(1 for query in queries.captured_queries if "SET progress" in query["sql"])
 
 
 def test_progress__is_null_until_the_run_reports_it():

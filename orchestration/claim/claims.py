@@ -28,7 +28,7 @@ from django.db import transaction
 from .. import waits
 from ..conf import conf
 from . import statements
-from .lease import Lease, completion_params
+from .lease import Lease, completion_params, write_progresses
 from .rules import Rules, rules_of
 from .wire import run
 
@@ -70,6 +70,9 @@ def finish_and_claim(
     if limited is None:
         known = rules_of(queues)
         limited, keys_or_rates = known.limited, known.keys_or_rates
+    if any(item.run.progress is not None for item in finished):
+        # Their last reports, for the whole batch in one statement before the completions that end them.
+        write_progresses([item.run for item in finished])
 
     def statement(completing: list[FinishedRun], claiming: int) -> tuple[list[Lease], set[uuid.UUID]]:
         return _statement(worker_id, queues, completing, claiming, limited, keys_or_rates, limited_room)

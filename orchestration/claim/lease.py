@@ -175,7 +175,7 @@ class Lease:
     outage: OutagePolicy | None = None
     #: The progress reported and not written yet (``note_progress``).
     progress: Progress | None = None
-    #: time.monotonic() of the last progress write (0: none yet, so the first is written at once).
+    #: time.monotonic() of the last progress write (0: none yet; the first is due an interval after the claim).
     progress_written_at: float = 0.0
 
     @functools.cached_property
@@ -277,23 +277,16 @@ class Lease:
         or the run's end (``ctx``, ``worker.execution``), so that a thousand
         reports a second cost one write a second and the last one always lands."""
         self.progress = Progress(details)
-        return time.monotonic() - self.progress_written_at >= PROGRESS_INTERVAL
+        # From the claim: a run that ends within the interval writes its report with its batch's completions.
+        return time.monotonic() - (self.progress_written_at or self.claimed_at) >= PROGRESS_INTERVAL
 
     @_through_outages
     def write_progress(self) -> None:
         """Write the progress kept by ``note_progress``, if any, fenced as every
         write of the run: a worker that lost the run writes nothing (``LeaseLost``).
         A value reported while it is written stays kept for the next write."""
-        pending = self.progress
-        if pending is None:
-            return
-        self.progress_written_at = time.monotonic()
-        unflushed = not connections[conf.DATABASE].in_atomic_block
-        params = {"id": self.id, "lease": self.lease_token, "progress": pending.text, "unflushed": unflushed}
-        if not run(conf.DATABASE, statements.PROGRESS_WRITE, params):
+        if self.progress is not None and not write_progresses([self]):
             self._lost()
-        if self.progress is pending:
-            self.progress = None
 
     # -- the run's end ------------------------------------------------------------
 
@@ -493,6 +486,32 @@ class Lease:
         if status == WorkflowStatus.CANCELLED:
             raise RunCancelled(f"Workflow {self.id} was cancelled.")
         raise LeaseLost(f"Workflow {self.id} is no longer held by this worker (it is {status}).")
+
+
+def write_progresses(leases: list[Lease]) -> set[uuid.UUID]:
+    """Write the progress each of ``leases`` keeps (``Lease.note_progress``), in
+    one statement (``statements.PROGRESS_WRITE``), each fenced by its lease;
+    return the ids written. A value reported while it is written stays kept."""
+    pending = sorted(((lease, lease.progress) for lease in leases if lease.progress is not None), key=_by_id)
+    if not pending:
+        return set()
+    now = time.monotonic()
+    params = {
+        "ids": "{" + ",".join(lease.id.hex for lease, _ in pending) + "}",
+        "leases": "{" + ",".join(lease.lease_token.hex for lease, _ in pending) + "}",
+        "progress": "[" + ",".join(progress.text for _, progress in pending if progress is not None) + "]",
+        "unflushed": not connections[conf.DATABASE].in_atomic_block,
+    }
+    written = {row[0] for row in run(conf.DATABASE, statements.PROGRESS_WRITE, params)}
+    for lease, progress in pending:
+        lease.progress_written_at = now
+        if lease.progress is progress:
+            lease.progress = None
+    return written
+
+
+def _by_id(item: tuple[Lease, Any]) -> int:
+    return item[0].id.int
 
 
 def completion_params(finished: list[tuple[Lease, str]]) -> dict[str, Any]:

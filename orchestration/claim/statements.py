@@ -482,20 +482,22 @@ FENCED_WRITE = (
     "%(checkpoint_output)s::jsonb, %(checkpoint_age)s::float8, %(step)s::integer, %(name)s)"
 )
 
-#: A run's progress (``ctx.set_progress``, ``lease.Lease.write_progress``),
-#: fenced as every write of its worker, and returned (no row: the lease is gone).
-#: With ``%(unflushed)s``, its commit does not wait for the WAL's flush
-#: (``synchronous_commit`` off, for its own transaction only): a report is
-#: advisory, and the run's next write that waits (a step's checkpoint, its
-#: end) flushes it too, WAL being flushed in order. A flush a run cost a
-#: one-step run most of its throughput; never set inside a caller's transaction,
-#: whose commit it would change too.
+#: Runs' progress (``ctx.set_progress``; ``lease.Lease.write_progress`` one,
+#: ``lease.write_progresses`` the finished runs of a claim's batch), each fenced
+#: by its own lease, in id order (as the completions lock them); returns the ids
+#: written (one missing: its lease is gone). With ``%(unflushed)s``, the commit
+#: does not wait for the WAL's flush (``synchronous_commit`` off for this
+#: transaction only): a report is advisory, and the run's next write that
+#: waits (its checkpoint, its end) flushes it too, WAL being flushed in order.
+#: Never set inside a caller's transaction, whose commit it would change too.
 PROGRESS_WRITE = """
 WITH commit AS (SELECT CASE WHEN %(unflushed)s THEN set_config('synchronous_commit', 'off', true) END)
-UPDATE workflows SET progress = %(progress)s::jsonb
-FROM commit
-WHERE id = %(id)s AND lease_token = %(lease)s AND status IS NOT DISTINCT FROM 'running'
-RETURNING 1
+UPDATE workflows AS w SET progress = d.progress
+FROM commit, ROWS FROM (unnest(%(ids)s::uuid[]), unnest(%(leases)s::uuid[]), jsonb_array_elements(%(progress)s::jsonb))
+     AS d (id, lease, progress)
+WHERE w.id = ANY(%(ids)s::uuid[]) AND w.id = d.id AND w.lease_token = d.lease
+  AND w.status IS NOT DISTINCT FROM 'running'
+RETURNING w.id
 """
 
 #: ``FENCED_WRITE``'s parameters for "no deferred checkpoint".

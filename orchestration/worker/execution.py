@@ -137,11 +137,11 @@ def _prepare(
 def _returned(run: Lease, result: Any, started: float, finish_later: Callable[[FinishedRun], None] | None) -> Outcome:
     """Complete a run whose function returned ``result`` (or hand it to ``finish_later``)."""
     encoded = to_json_text(result, lambda: f"The return value of workflow {run.workflow_type!r}")
-    if run.progress is not None:  # reported after its last step: written before the run ends
-        run.write_progress()
     if finish_later is not None and run.placeholder is None:
-        finish_later(FinishedRun(run, encoded, started))
+        finish_later(FinishedRun(run, encoded, started))  # its last report goes with its batch (claims)
         return Outcome.FINISHING
+    if run.progress is not None:  # its last report, before the run ends
+        run.write_progress()
     run.complete(json.loads(encoded))  # as jsonb will read it back
     log_completed(run, started)
     return Outcome.COMPLETED

@@ -50,6 +50,12 @@ def test_set_progress__the_last_report_of_a_step_lands__with_about_one_write_a_s
     assert 2 <= progress_writes(queries) <= 4  # the first at once, one a second, the last with the checkpoint
 
 
+def test_set_progress__in_a_step_under_a_time_limit__lands_from_the_steps_own_thread():
+    run = start_workflow("reports_in_a_timed_step")
+    assert drain() == [Outcome.COMPLETED]
+    assert Workflow.objects.get(pk=run.pk).progress == {"done": 3, "total": 3}
+
+
 def test_set_progress__by_a_worker_that_lost_the_run__writes_nothing():
     run = start_workflow("reports_after_losing_its_run")
     assert drain() == [Outcome.ABANDONED]

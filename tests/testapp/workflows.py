@@ -429,3 +429,9 @@ def tags_its_children(ctx: Any, data: dict[str, Any]) -> Any:
     inherited = ctx.start_child("echo", 1, inherit_tags=True, tags=["child"])
     own = ctx.start_child("echo", 2, tags=["child"])
     return [str(inherited.workflow_id), str(own.workflow_id)]
+
+
+@workflow("reports_in_a_timed_step", max_retries=0)
+def reports_in_a_timed_step(ctx: Any, data: Any) -> Any:
+    """A step under a time limit runs in a thread of its own: its reports are written from there."""
+    return ctx.step("count", report_often, ctx, 3, 0, timeout=10)

@@ -310,16 +310,25 @@ class WorkflowContext:
         return ChildHandle(uuid.UUID(output["workflow_id"]), workflow_type)
 
     def start_children(
-        self, workflow_type: str, inputs: Iterable[Any], *, detached: bool = False, **options: Any
+        self,
+        workflow_type: str,
+        inputs: Iterable[Any],
+        *,
+        detached: bool = False,
+        inherit_tags: bool = False,
+        **options: Any,
     ) -> list[ChildHandle]:
         """Start a child workflow per item of ``inputs`` and return their handles, in order.
 
         The children are inserted in one statement (as ``start_workflows``,
         whose options apply to every child) and recorded as one step, so a
         replay reads one row, not one a child; exactly once, as ``start_child``.
-        Cancelling this run cancels them too, unless they are ``detached``."""
+        Cancelling this run cancels them too, unless they are ``detached``;
+        ``inherit_tags`` as in ``start_child``."""
         if not isinstance(detached, bool):
             raise InvalidWorkflowInput(f"detached must be True or False, not {detached!r}.")
+        if not isinstance(inherit_tags, bool):
+            raise InvalidWorkflowInput(f"inherit_tags must be True or False, not {inherit_tags!r}.")
         if "idempotency_keys" in options:
             raise InvalidWorkflowInput(
                 "ctx.start_children sets idempotency_keys itself: a replay finds its children by them."
@@ -334,6 +343,8 @@ class WorkflowContext:
         def start_children() -> dict[str, Any]:
             keys = [waits.child_key(run.id, f"{number}:{n}") for n in range(len(inputs))]
             parent = {"parent_id": run.id, "detached": detached}
+            if inherit_tags:
+                options["tags"] = inherited_tags(run.id, options.get("tags"))
             children = start_batch(workflow_type, inputs, parent, idempotency_keys=keys, **options)
             return {"workflow_type": workflow_type, "workflow_ids": [str(child.pk) for child in children]}
 

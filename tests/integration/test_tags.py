@@ -77,9 +77,10 @@ def test_start_workflow__tags_that_are_not_a_short_list_of_strings__are_a_clear_
 def test_start_child__inherits_its_parents_tags_only_when_asked():
     parent = start_workflow("tags_its_children", {}, tags=["customer-42"])
     drain()
-    inherited, own = (uuid.UUID(pk) for pk in Workflow.objects.get(pk=parent.pk).output_data)
+    inherited, own, batched = (uuid.UUID(pk) for pk in Workflow.objects.get(pk=parent.pk).output_data)
     assert Workflow.objects.get(pk=inherited).tags == ["customer-42", "child"]
     assert Workflow.objects.get(pk=own).tags == ["child"]
+    assert Workflow.objects.get(pk=batched).tags == ["customer-42"]  # ctx.start_children takes it too
 
 
 def test_tags_contains__reads_the_tags_index():

@@ -428,7 +428,8 @@ def reports_badly(ctx: Any, data: Any) -> Any:
 def tags_its_children(ctx: Any, data: dict[str, Any]) -> Any:
     inherited = ctx.start_child("echo", 1, inherit_tags=True, tags=["child"])
     own = ctx.start_child("echo", 2, tags=["child"])
-    return [str(inherited.workflow_id), str(own.workflow_id)]
+    batch = ctx.start_children("echo", [3], inherit_tags=True)
+    return [str(inherited.workflow_id), str(own.workflow_id), str(batch[0].workflow_id)]
 
 
 @workflow("reports_in_a_timed_step", max_retries=0)

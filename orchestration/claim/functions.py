@@ -27,7 +27,7 @@ from . import statements
 #: Planner settings of the functions: ``statements.INDEX_PLANS_ONLY``'s, as
 #: ``SET`` clauses (why each is there: beside ``INDEX_PLANS_ONLY``).
 _SETTINGS = """SET enable_seqscan = off SET enable_bitmapscan = off SET enable_hashjoin = off
-SET enable_mergejoin = off SET plan_cache_mode = force_generic_plan"""
+SET enable_mergejoin = off SET enable_sort = off SET plan_cache_mode = force_generic_plan SET jit = off"""
 
 #: ``orchestration_fenced_write``: writes nothing unless lease ``p_lease`` still
 #: holds workflow ``p_id`` (running); then locks the row and, with a deferred
@@ -208,8 +208,8 @@ _LIMIT_AWARE_SIGNATURE = _CLAIM_SIGNATURE.replace("p_limit integer", "p_limit in
 
 
 def _limit_aware(name: str, body: str) -> str:
-    """A limit-aware claim's DDL, with ``INDEX_PLANS_ONLY_NO_JIT``'s settings (no JIT for a long statement)."""
-    return f"\nCREATE OR REPLACE FUNCTION {name}{_LIMIT_AWARE_SIGNATURE}{_SETTINGS} SET jit = off\nAS $${body}$$;"
+    """A limit-aware claim's DDL, with ``INDEX_PLANS_ONLY``'s settings."""
+    return f"\nCREATE OR REPLACE FUNCTION {name}{_LIMIT_AWARE_SIGNATURE}{_SETTINGS}\nAS $${body}$$;"
 
 
 COMPLETE_AND_CLAIM_COUNTED = _limit_aware("orchestration_complete_and_claim_counted", COUNTED_CLAIM_BODY)

@@ -526,6 +526,16 @@ NO_CHECKPOINT: dict[str, Any] = {
 #:   rather than one index lookup a run (``test_index_plans_only__...``);
 #: - ``enable_mergejoin``: merge joins over sorts in the limit-aware claims
 #:   (the same test);
+#: - ``enable_sort``: the runs whose wait has passed read from an index of
+#:   every pending run (``idx_workflows_queue_claim``), each one's heap row
+#:   fetched, and sorted by ``run_after``, rather than the range of
+#:   ``idx_workflows_waiting`` in that order: with the table analysed while
+#:   nothing was pending, both look free, and a million timers ending at once
+#:   were each claim's to read (``test_claim_plan__plain__reads_the_runs_whose_wait_passed_in_order__...``);
+#:   the sorts no plan avoids cost the same in every plan;
+#: - ``jit``: JIT compiles a statement by its estimated cost, and a claim
+#:   priced with a disabled shape in it (a sort every plan needs, say) passes
+#:   ``jit_above_cost``: compiling the plain claim took 4.2 s a call;
 #: - ``plan_cache_mode = force_generic_plan``: the plan of the function's
 #:   first call kept for the connection's life, rather than one planned at
 #:   every call (most of a claim's backend CPU, docs/performance.md), so the
@@ -533,10 +543,9 @@ NO_CHECKPOINT: dict[str, Any] = {
 INDEX_PLANS_ONLY = (
     "SELECT set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true), "
     "set_config('enable_hashjoin', 'off', true), set_config('enable_mergejoin', 'off', true), "
-    "set_config('plan_cache_mode', 'force_generic_plan', true)"
+    "set_config('enable_sort', 'off', true), set_config('plan_cache_mode', 'force_generic_plan', true), "
+    "set_config('jit', 'off', true)"
 )
 
-#: ``INDEX_PLANS_ONLY`` for the limit-aware claims, with JIT off: JIT compiles
-#: a statement by its estimated cost, and a long claim priced with a disabled
-#: shape in it passes ``jit_above_cost``; compiling it cost a second a claim.
-INDEX_PLANS_ONLY_NO_JIT = INDEX_PLANS_ONLY + ", set_config('jit', 'off', true)"
+#: The limit-aware claims' settings: ``INDEX_PLANS_ONLY``'s (JIT is off for every claim).
+INDEX_PLANS_ONLY_NO_JIT = INDEX_PLANS_ONLY

@@ -145,8 +145,9 @@ def overview(model_admin: WorkflowConsole, request: HttpRequest) -> HttpResponse
     workers, workers_problem = _bounded(_live_workers)
     stuck, stuck_problem = _bounded(stats.stuck_workflows)
     durations, durations_problem = _bounded(stats.recent_step_durations)
-    depth, depth_problem = _bounded(stats.queue_depth)
-    waiting, waiting_problem = _bounded(stats.waiting_counts)
+    waiting_runs, waiting_problem = _bounded(stats.waiting_runs)
+    waiting = waiting_runs.by_kind() if waiting_runs else None
+    depth, depth_problem = _bounded(stats.queue_depth, waiting_runs)
     hourly, hourly_problem = _bounded(stats.hourly_outcomes, 24)
     health, health_problem = _bounded(stats.table_health)
     oldest, oldest_problem = _bounded(stats.oldest_pending)
@@ -195,7 +196,7 @@ def overview(model_admin: WorkflowConsole, request: HttpRequest) -> HttpResponse
                 **row,
                 "url": changelist_url(queue=row["queue"], status__exact="pending"),
                 "waiting_url": changelist_url(queue=row["queue"], pending="waiting"),
-                "oldest_label": ago(row["oldest_pending"], now),
+                "oldest_label": ago(row["oldest_due"], now) if row["oldest_due"] else "",
             }
             for row in (depth.as_dicts() if depth else [])
         ],
@@ -219,6 +220,8 @@ def overview(model_admin: WorkflowConsole, request: HttpRequest) -> HttpResponse
         if waiting
         else [],
         "waiting_total": sum(waiting.values()) if waiting else 0,
+        "waiting_estimated": bool(waiting_runs and waiting_runs.estimated),
+        "waiting_exact": f"{stats.WAITING_EXACT:,}",
         "waiting_url": changelist_url(pending="waiting"),
         "waiting_problem": waiting_problem,
         "chart": charts.hourly_bar_chart(

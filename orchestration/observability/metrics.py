@@ -48,18 +48,28 @@ INSTALL_HINT = (
 #: the scrape then says so (``orchestration_metrics_database_up 0``).
 TIME_LIMIT = 5.0
 
-# Unfinished rows only, through the partial indexes on pending and on running rows.
+# The runs due now and those running, by three ranges of partial indexes
+# (idx_workflows_due, idx_workflows_waiting up to now, idx_workflows_running):
+# however many runs wait, none is read here. Those are counted apart
+# (``stats.waiting_runs``: exactly up to 10,000, past that from a sample).
 UNFINISHED_SQL = """
 SELECT
     queue,
     workflow_type,
     status,
     COUNT(*) AS workflows,
-    COUNT(*) FILTER (WHERE status = 'pending' AND (run_after IS NULL OR run_after <= now())) AS due,
-    EXTRACT(EPOCH FROM now() - MIN(GREATEST(created_at, run_after))
-        FILTER (WHERE status = 'pending' AND (run_after IS NULL OR run_after <= now()))) AS oldest_due_seconds
-FROM workflows
-WHERE status IN ('pending', 'running')
+    COUNT(*) FILTER (WHERE status = 'pending') AS due,
+    EXTRACT(EPOCH FROM now() - MIN(GREATEST(created_at, run_after)) FILTER (WHERE status = 'pending'))
+        AS oldest_due_seconds
+FROM (
+    SELECT queue, workflow_type, status, created_at, run_after FROM workflows
+    WHERE status = 'pending' AND run_after IS NULL
+    UNION ALL
+    SELECT queue, workflow_type, status, created_at, run_after FROM workflows
+    WHERE status = 'pending' AND run_after <= now()
+    UNION ALL
+    SELECT queue, workflow_type, status, created_at, run_after FROM workflows WHERE status = 'running'
+) AS unfinished
 GROUP BY queue, workflow_type, status
 """
 
@@ -112,6 +122,19 @@ class WorkerInstruments:
             yield from instruments.registry.collect()
 
 
+def _with_waiting(unfinished: list[tuple[Any, ...]], waiting: stats.WaitingRuns) -> list[tuple[Any, ...]]:
+    """``UNFINISHED_SQL``'s rows with the runs that wait added to each pending
+    count: pending too, neither due nor aged."""
+    runs: dict[tuple[str, str], int] = {}
+    for queue, workflow_type, _kind, count in waiting.rows:
+        runs[(queue, workflow_type)] = runs.get((queue, workflow_type), 0) + count
+    rows = []
+    for queue, workflow_type, status, workflows, *due in unfinished:
+        waits = runs.pop((queue, workflow_type), 0) if status == "pending" else 0
+        rows.append((queue, workflow_type, status, workflows + waits, *due))
+    return rows + [(queue, workflow_type, "pending", count, 0, None) for (queue, workflow_type), count in runs.items()]
+
+
 class DatabaseCollector:
     """The gauges read from PostgreSQL at each scrape."""
 
@@ -152,6 +175,8 @@ class DatabaseCollector:
         with connections[conf.DATABASE].cursor() as cursor:
             cursor.execute(UNFINISHED_SQL)
             unfinished = cursor.fetchall()
+        unfinished = _with_waiting(unfinished, stats.waiting_runs())
+        with connections[conf.DATABASE].cursor() as cursor:
             cursor.execute(WORKERS_SQL, [float(conf.STUCK_AFTER)])
             workers = cursor.fetchall()
             cursor.execute(TABLE_ROWS_SQL)
@@ -164,7 +189,9 @@ class DatabaseCollector:
 
         labels = ["queue", "workflow_type"]
         by_status = GaugeMetricFamily(
-            "orchestration_workflows", "Unfinished workflows, by status.", labels=[*labels, "status"]
+            "orchestration_workflows",
+            "Unfinished workflows, by status (the pending that wait: estimated past 10,000).",
+            labels=[*labels, "status"],
         )
         due = GaugeMetricFamily("orchestration_workflows_due", "Pending workflows due now.", labels=labels)
         oldest = GaugeMetricFamily(

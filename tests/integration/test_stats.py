@@ -55,7 +55,7 @@ def test_queue_depth__counts_due_scheduled_and_running_per_queue():
     rows = {row["queue"]: row for row in stats.queue_depth().as_dicts()}
     assert set(rows) == {"default", "emails"}
     assert (rows["default"]["due"], rows["default"]["scheduled"], rows["default"]["running"]) == (1, 1, 1)
-    assert rows["emails"]["due"] == 1 and rows["emails"]["oldest_pending"] is not None
+    assert rows["emails"]["due"] == 1 and rows["emails"]["oldest_due"] is not None
 
 
 def test_table_health__reports_tuples_and_vacuums_of_both_tables():

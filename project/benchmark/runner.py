@@ -461,6 +461,8 @@ class Benchmark:
         (from the enqueue's commit, when the workers start, to the last run)."""
         if database is not self.loaded and database is not self.waiting:
             database.reset()
+        if database is self.waiting:  # the previous drain's dead index entries (autovacuum's work), as reset() drops
+            database.execute("VACUUM workflows")
         backends = server_backends(database.conninfo())
         with database.queue_alias():
             started = time.perf_counter()

@@ -100,9 +100,15 @@ class ScratchDatabase:
     def wait_until_idle(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
         with psycopg.connect(self.conninfo(), autocommit=True) as conn:
-            busy = (  # the runs that wait (``--not-due``) are not work to wait for
-                "SELECT EXISTS (SELECT FROM workflows WHERE status = 'running' OR status = 'pending' "
-                "AND (run_after IS NULL OR run_after <= now()))"
+            # The runs that wait (``--not-due``) are not work to wait for. A probe of each
+            # partial index, whatever the statistics: a scan of every pending run, 20 times a
+            # second, took a core of the machine from the drain it waits for.
+            conn.execute("SET enable_seqscan = off; SET enable_bitmapscan = off; SET enable_sort = off")
+            busy = (
+                "SELECT EXISTS (SELECT FROM workflows WHERE status = 'running') "
+                "OR EXISTS (SELECT FROM workflows WHERE status = 'pending' AND run_after IS NULL) "
+                "OR (SELECT run_after FROM workflows WHERE status = 'pending' AND run_after IS NOT NULL "
+                "ORDER BY run_after LIMIT 1) <= now()"
             )
             while conn.execute(busy).fetchone()[0]:  # type: ignore[index]
                 if time.monotonic() > deadline:

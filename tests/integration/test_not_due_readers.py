@@ -67,3 +67,11 @@ def test_queue_depth__says_its_waiting_counts_are_estimated_past_the_exact_limit
     analyze()
     (row,) = stats.queue_depth().as_dicts()
     assert (row["queue"], row["due"], row["estimated"]) == (QUEUE, 2, True)
+
+
+def test_stuck_report__reads_the_running_runs_only__with_20000_waiting():
+    # The seed's query, verbatim, as the stuck sweep's: what keeps it fast is idx_workflows_running.
+    insert_waiting(WAITING)
+    analyze()
+    plan = explain(stats.STUCK_SQL.rstrip().rstrip(";"))
+    assert "idx_workflows_running" in plan and "Seq Scan" not in plan, plan

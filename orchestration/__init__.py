@@ -14,6 +14,7 @@ from .errors import (
     DeadlineExceeded,
     EventTimeout,
     InvalidQueueLimit,
+    InvalidSchedule,
     InvalidTransition,
     InvalidWorkflowInput,
     NonDeterministicWorkflow,
@@ -21,6 +22,7 @@ from .errors import (
     PermanentError,
     StepTimeout,
     UnknownQueue,
+    UnknownSchedule,
     UnknownWorkflowType,
     WorkflowCancelled,
     WorkflowFailed,
@@ -37,6 +39,7 @@ if TYPE_CHECKING:
     from .flow import pause_queue, resume_queue, set_queue_limits
     from .forks import fork_workflow
     from .results import aget_result, wait_for_result
+    from .schedules.api import pause_schedule, resume_schedule, schedule
 
 _LAZY = {
     "start_workflow": "api",
@@ -54,6 +57,9 @@ _LAZY = {
     "set_queue_limits": "flow",
     "pause_queue": "flow",
     "resume_queue": "flow",
+    "schedule": "schedules.api",
+    "pause_schedule": "schedules.api",
+    "resume_schedule": "schedules.api",
     "WorkflowContext": "ctx.context",
     "AsyncWorkflowContext": "ctx.async_context",
     "ChildHandle": "ctx.context",
@@ -66,6 +72,7 @@ __all__ = [
     "DeadlineExceeded",
     "EventTimeout",
     "InvalidQueueLimit",
+    "InvalidSchedule",
     "InvalidTransition",
     "InvalidWorkflowInput",
     "NonDeterministicWorkflow",
@@ -73,6 +80,7 @@ __all__ = [
     "PermanentError",
     "StepTimeout",
     "UnknownQueue",
+    "UnknownSchedule",
     "UnknownWorkflowType",
     "WorkflowCancelled",
     "WorkflowContext",
@@ -84,9 +92,12 @@ __all__ = [
     "cancel_workflow",
     "fork_workflow",
     "pause_queue",
+    "pause_schedule",
     "restart_workflow",
     "resume_queue",
+    "resume_schedule",
     "retry_workflow",
+    "schedule",
     "send_event",
     "set_queue_limits",
     "start_workflow",

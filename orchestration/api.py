@@ -171,6 +171,18 @@ def start_batch(
     return enqueue.insert(conf.DATABASE, {**options, **columns}, encoded, keys, per_row)
 
 
+def check_input(workflow_type: str, input_data: Any) -> None:
+    """Check ``input_data`` as ``start_workflow`` would (the type, its declared
+    input, its ``concurrency_key`` function, JSON and size), writing nothing:
+    for a schedule's input, checked when it is saved rather than at each tick."""
+    validate_workflow_type(workflow_type)
+    get_workflow(workflow_type)
+    check_startable(workflow_type)
+    stored = _checked_inputs(workflow_type, [input_data])[0]
+    _concurrency_keys(workflow_type, [stored], None)
+    to_json_text(stored, f"The input of workflow {workflow_type!r}")
+
+
 def _checked_inputs(workflow_type: str, inputs: list[Any], *, in_batch: bool = False) -> list[Any]:
     """``inputs`` as they are stored, each checked by the workflow's declared
     input; the first refused raises, naming it (in a batch, by its index)."""
@@ -289,6 +301,7 @@ def _new_workflow_options(
 
 __all__ = [
     "cancel_workflow",
+    "check_input",
     "requeue_stuck",
     "restart_workflow",
     "retry_from_step",

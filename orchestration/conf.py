@@ -33,7 +33,7 @@ DEFAULTS: dict[str, Any] = {
     # Queue names workers may serve besides those of registered workflows
     # (for rows enqueued by plain SQL or other languages).
     "QUEUES": [],
-    # Whether runworkers processes start the runs of ``@workflow(schedule=...)``.
+    # Whether runworkers processes start the runs of schedules (the admin's and ``@workflow(schedule=...)``).
     "SCHEDULER": True,
     # Largest accepted JSON encoding of a workflow's input or a step's output.
     "MAX_PAYLOAD_BYTES": 1024 * 1024,

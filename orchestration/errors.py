@@ -68,6 +68,14 @@ class InvalidQueueLimit(OrchestrationError, ValueError):
     """A queue's limit is invalid: a whole number above 0, a rate such as "100/m", or None."""
 
 
+class InvalidSchedule(OrchestrationError, ValueError):
+    """The schedule is invalid: its cron expression, time zone, name or a backfill's range."""
+
+
+class UnknownSchedule(OrchestrationError, LookupError):
+    """No schedule has this name."""
+
+
 class InvalidTransition(OrchestrationError):
     """The workflow is not in a state that allows this change."""
 

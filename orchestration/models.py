@@ -490,3 +490,48 @@ class ScheduleTick(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} {self.last_tick}"
+
+
+class MissedTicks(models.TextChoices):
+    """What a schedule's scheduler starts of the ticks that passed while none ran."""
+
+    LATEST = "latest", "the latest only"
+    ALL = "all", "all of them (capped)"
+
+
+class WorkflowSchedule(models.Model):
+    """A cron schedule of a workflow type: one run a tick, in its time zone.
+
+    Written by ``orchestration.schedules.api`` (``schedule``, ``pause_schedule``,
+    ``resume_schedule``, the admin), which checks every field first; read by
+    every ``runworkers`` process's scheduler at each pass, so a change holds
+    within a poll interval. ``@workflow(schedule=...)`` declarations get a row
+    too (``from_code``), whose expression follows the code.
+    """
+
+    name = models.CharField(max_length=200, unique=True)
+    workflow_type = models.CharField(max_length=100)
+    #: Five fields, or six with seconds last.
+    cron = models.CharField(max_length=100)
+    #: The IANA time zone the expression is read in.
+    timezone = models.CharField(max_length=64, default="UTC", db_default="UTC")
+    #: Each tick's run's input; None: ``{"scheduled_for": "<the tick, ISO 8601>"}``.
+    input = models.JSONField(null=True, blank=True)
+    enabled = models.BooleanField(default=True, db_default=True)
+    missed_ticks = models.CharField(
+        max_length=10, choices=MissedTicks.choices, default=MissedTicks.LATEST, db_default=MissedTicks.LATEST
+    )
+    #: Declared by ``@workflow(schedule=...)``: its expression is the code's.
+    from_code = models.BooleanField(default=False, db_default=False)
+    #: Ticks at or before it are never started by the scheduler: it moves when the
+    #: schedule is made, when its expression or time zone changes, and when it resumes.
+    active_since = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(db_default=Now())
+    updated_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        db_table = "workflow_schedules"
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import factory
 
-from orchestration.models import StepStatus, Workflow, WorkflowStatus, WorkflowStep, WorkflowWorker
+from orchestration.models import StepStatus, Workflow, WorkflowSchedule, WorkflowStatus, WorkflowStep, WorkflowWorker
 
 
 class WorkflowFactory(factory.django.DjangoModelFactory):
@@ -37,3 +37,16 @@ class WorkflowWorkerFactory(factory.django.DjangoModelFactory):
     pid = factory.Sequence(lambda n: 1000 + n)
     concurrency = 1
     version = "test"
+
+
+class WorkflowScheduleFactory(factory.django.DjangoModelFactory):
+    """A schedule's row as ``orchestration.schedule`` writes one (its checks skipped:
+    give it a registered type), its ticks counted from ``active_since``."""
+
+    class Meta:
+        model = WorkflowSchedule
+
+    name = factory.Sequence(lambda n: f"schedule-{n}")
+    workflow_type = "echo"
+    cron = "0 * * * *"
+    timezone = "UTC"

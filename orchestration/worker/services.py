@@ -39,7 +39,7 @@ from ..conf import conf
 from ..ctx import timeouts
 from ..listen import LISTEN, NOTIFY, NOTIFY_CHANNEL, notifications_arrive, notify_new_work
 from ..retry import wait_to_reconnect
-from ..schedules import Scheduler, scheduled_workflows
+from ..schedules import Scheduler
 from .dispatch import Dispatcher
 from .systemd import notify, watchdog_seconds
 
@@ -106,7 +106,8 @@ class Services:
         #: When the watcher was last heard (or this process watched), and when this one last said it is alive.
         self._watcher_heard_at = time.monotonic()
         self._alive_said_at = 0.0
-        self._scheduler = Scheduler() if schedule and conf.SCHEDULER and scheduled_workflows() else None
+        # Schedules are rows, made at any time: the watcher always looks for them.
+        self._scheduler = Scheduler() if schedule and conf.SCHEDULER else None
         self._watched = threading.Event()
         self.thread = threading.Thread(target=self._serve, name="orchestration-services", daemon=True)
 

@@ -47,6 +47,8 @@ def test_reference__every_admin_action_is_listed_with_its_permission():
         ("cancel_workflows", "orchestration.cancel_workflow"),
         ("requeue_stuck_workflows", "orchestration.retry_workflow"),
         ("pause_queues", "orchestration.change_workflowqueue"),
+        ("pause_schedules", "orchestration.change_workflowschedule"),
+        ("run_schedules_now", "orchestration.change_workflowschedule"),
     ]:
         assert any(f"`{name}`" in row and f"`{permission}`" in row for row in actions.splitlines()), name
 

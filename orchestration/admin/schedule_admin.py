@@ -26,6 +26,7 @@ from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
+from .. import moments
 from ..errors import InvalidSchedule, InvalidWorkflowInput, UnknownWorkflowType
 from ..models import ScheduleTick, WorkflowSchedule
 from ..registry import get_workflow, registered_workflows
@@ -265,7 +266,7 @@ class WorkflowScheduleAdmin(admin.ModelAdmin):
         if not obj.enabled:
             return "— (paused)"
         try:
-            return timestamp(next_tick(obj.cron, zone(obj.timezone), timezone.now()))
+            return timestamp(next_tick(obj.cron, zone(obj.timezone), moments.local(timezone.now())))
         except InvalidSchedule as exc:  # a row written by SQL
             return str(exc)
 

@@ -133,11 +133,11 @@ class Scheduler:
         for name, workflow_type, cron, zone_name, from_code in rows.values_list(
             "name", "workflow_type", "cron", "timezone", "from_code"
         ):
-            handled = self._next.get(name)
-            if (handled is not None and handled[:2] == (cron, zone_name) and now < handled[2]) or not runs_here(
-                workflow_type, from_code
-            ):
+            if not runs_here(workflow_type, from_code):
                 continue
+            handled = self._next.get(name)
+            if handled is not None and handled[:2] == (cron, zone_name) and now < handled[2]:
+                continue  # its next tick has not come
             tick: Any = (cron, zone_name)
             try:
                 tz = zone(zone_name)

@@ -8,7 +8,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("orchestration", "0027_children_waits"),
+        ("orchestration", "0030_workflows_tags"),
     ]
 
     operations = [

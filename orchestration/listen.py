@@ -34,7 +34,7 @@ LISTEN = f"LISTEN {NOTIFY_CHANNEL}"
 NOTIFY = "SELECT pg_notify(%s, %s)"
 
 #: Channel of an awaited run's end or delete, or new progress (the triggers of migrations 0010, 0015,
-#: 0029); the payload is the run's id.
+#: 0027); the payload is the run's id.
 RESULT_CHANNEL = "orchestration_result"
 #: What a waiter reads of the run it waits for (the listener reads it for them).
 ROW_COLUMNS = ("id", "status", "workflow_type", "output_data", "error_message", "progress")

@@ -143,12 +143,12 @@ class Workflow(models.Model):
     awaited_by_wait = models.UUIDField(null=True, blank=True, editable=False)
     # How far the run has got, as its code last said (``ctx.set_progress``); NULL
     # until it says. Written under the run's lease; a waiter is told of each value
-    # by the trigger of migration 0029, as of the run's end.
+    # by the trigger of migration 0027, as of the run's end.
     progress = models.JSONField(null=True, blank=True)
     # The labels a run was started with (``start_workflow(..., tags=[...])``), a
     # JSON array of strings; NULL: none. jsonb, not an array column, which would
     # need ``django.contrib.postgres`` installed. ``tags__contains`` is read
-    # through idx_workflows_tags, made by migration 0030 in SQL (a GIN index
+    # through idx_workflows_tags, made by migration 0028 in SQL (a GIN index
     # of tagged runs only: ``tags @> ...`` implies NOT NULL, so it is used).
     tags = models.JSONField(null=True, blank=True)
 

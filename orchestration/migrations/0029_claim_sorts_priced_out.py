@@ -20,6 +20,6 @@ FUNCTIONS_FINGERPRINT = "bdda3c662ec33d23"
 
 
 class Migration(migrations.Migration):
-    dependencies = [("orchestration", "0030_workflows_tags")]  # after main's 0027-0030, which took 0025 as theirs
+    dependencies = [("orchestration", "0028_workflows_tags")]  # after main's 0027-0030, which took 0025 as theirs
 
     operations = [WithLockTimeout(migrations.RunSQL(functions.create_functions(), migrations.RunSQL.noop))]

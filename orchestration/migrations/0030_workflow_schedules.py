@@ -8,7 +8,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("orchestration", "0030_workflows_tags"),
+        ("orchestration", "0029_claim_sorts_priced_out"),
     ]
 
     operations = [

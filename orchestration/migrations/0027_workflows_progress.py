@@ -26,7 +26,7 @@ DROP_NOTIFY_PROGRESS = "DROP TRIGGER workflows_notify_progress ON workflows;"
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("orchestration", "0027_children_waits"),
+        ("orchestration", "0026_children_waits"),
     ]
 
     operations = [

@@ -22,7 +22,7 @@ class Migration(migrations.Migration):
     atomic = False
 
     dependencies = [
-        ("orchestration", "0029_workflows_progress"),
+        ("orchestration", "0027_workflows_progress"),
     ]
 
     operations = [

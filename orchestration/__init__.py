@@ -32,7 +32,16 @@ from .errors import (
 __version__ = "0.2.0.dev0"
 
 if TYPE_CHECKING:
-    from .api import cancel_workflow, restart_workflow, retry_workflow, send_event, start_workflow, start_workflows
+    from .api import (
+        cancel_workflow,
+        pause_workflow,
+        restart_workflow,
+        resume_workflow,
+        retry_workflow,
+        send_event,
+        start_workflow,
+        start_workflows,
+    )
     from .async_api import asend_event, astart_workflow, astart_workflows
     from .ctx.async_context import AsyncWorkflowContext
     from .ctx.context import ChildHandle, WorkflowContext
@@ -47,6 +56,8 @@ _LAZY = {
     "retry_workflow": "api",
     "restart_workflow": "api",
     "cancel_workflow": "api",
+    "pause_workflow": "api",
+    "resume_workflow": "api",
     "send_event": "api",
     "fork_workflow": "forks",
     "astart_workflow": "async_api",
@@ -93,9 +104,11 @@ __all__ = [
     "fork_workflow",
     "pause_queue",
     "pause_schedule",
+    "pause_workflow",
     "restart_workflow",
     "resume_queue",
     "resume_schedule",
+    "resume_workflow",
     "retry_workflow",
     "schedule",
     "send_event",

@@ -27,7 +27,9 @@ from .registry import check_startable, get_workflow
 from .transitions import (
     WorkflowRef,
     cancel_workflow,
+    pause_workflow,
     restart_workflow,
+    resume_workflow,
     retry_from_step,
     retry_workflow,
     skip_step,
@@ -302,8 +304,10 @@ def _new_workflow_options(
 __all__ = [
     "cancel_workflow",
     "check_input",
+    "pause_workflow",
     "requeue_stuck",
     "restart_workflow",
+    "resume_workflow",
     "retry_from_step",
     "retry_workflow",
     "send_event",

@@ -133,6 +133,10 @@ class RunCancelled(LeaseLost):
     """The workflow was cancelled while this worker ran it; it must write nothing more."""
 
 
+class RunPaused(LeaseLost):
+    """The workflow was paused while this worker ran it; it gives the run back at this step boundary."""
+
+
 class NotRegisteredHere(ControlFlow):
     """This worker does not register the run's workflow type: the run waits for a worker that does."""
 

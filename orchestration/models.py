@@ -26,6 +26,8 @@ class WorkflowStatus(models.TextChoices):
     COMPLETED = "completed"
     FAILED = "failed"
     CANCELLED = "cancelled"
+    #: Held by an operator (``pause_workflow``): no worker claims it until it is resumed.
+    PAUSED = "paused"
 
 
 class StepStatus(models.TextChoices):

@@ -37,6 +37,9 @@ WORKER_LOST = "worker lost"
 #: sweep stuck workflows; the others skip the sweep instead of waiting.
 RECLAIM_LOCK_KEY = 0x6F7263686573  # "orches"
 
+#: The statuses of a run its worker still holds: running, or paused and not given back yet.
+HELD_STATUSES = (WorkflowStatus.RUNNING, WorkflowStatus.PAUSED)
+
 #: The columns ``_reclaim`` decides on.
 _DECIDES_ON = ("id", "queue", "attempts", "max_retries", "current_step", "worker_deaths", "lost_at_step", "worker_id")
 
@@ -51,6 +54,9 @@ def try_reclaim_lock(alias: str) -> bool:
 def heartbeat(leases: list[Lease]) -> list[Lease]:
     """Refresh ``updated_at`` of every run still held; return the ones lost.
 
+    A run paused while it runs is still held: its worker finishes the step it
+    is in and gives it back at the step boundary (``Lease.give_back_paused``).
+
     A row another transaction locks (a caller's ``send_event`` inside a long
     ``atomic()``) is skipped, not waited for: waiting would stall the beat of
     every other run, and of the worker's row, for as long as that transaction
@@ -59,7 +65,7 @@ def heartbeat(leases: list[Lease]) -> list[Lease]:
     if not leases:
         return []
     tokens = [lease.lease_token for lease in leases]
-    held_rows = Workflow.objects.using(conf.DATABASE).filter(lease_token__in=tokens, status=WorkflowStatus.RUNNING)
+    held_rows = Workflow.objects.using(conf.DATABASE).filter(lease_token__in=tokens, status__in=HELD_STATUSES)
     with transaction.atomic(using=conf.DATABASE):
         beaten = set(held_rows.select_for_update(skip_locked=True, no_key=True).values_list("lease_token", flat=True))
         held_rows.filter(lease_token__in=beaten).update(updated_at=Now())

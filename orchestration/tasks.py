@@ -71,6 +71,7 @@ _STATUSES = {
     "completed": TaskResultStatus.SUCCESSFUL,
     "failed": TaskResultStatus.FAILED,
     "cancelled": TaskResultStatus.FAILED,
+    "paused": TaskResultStatus.READY,  # held by an operator; it runs once resumed
 }
 
 

@@ -44,12 +44,13 @@ from .validation import check_text, to_json_value
 
 WorkflowRef = Workflow | uuid.UUID | str
 
-PENDING, RUNNING, COMPLETED, FAILED, CANCELLED = (
+PENDING, RUNNING, COMPLETED, FAILED, CANCELLED, PAUSED = (
     WorkflowStatus.PENDING,
     WorkflowStatus.RUNNING,
     WorkflowStatus.COMPLETED,
     WorkflowStatus.FAILED,
     WorkflowStatus.CANCELLED,
+    WorkflowStatus.PAUSED,
 )
 
 
@@ -77,6 +78,8 @@ MOVES: dict[str, Move] = {
     "suspend": Move((RUNNING,), PENDING, (Actor.WORKER,)),
     "await_worker": Move((RUNNING,), PENDING, (Actor.WORKER,)),
     "cancel_past_deadline": Move((RUNNING,), CANCELLED, (Actor.WORKER,)),
+    # A run paused while it ran, given back at its step boundary: its lease let go, its attempt unspent.
+    "give_back_paused": Move((PAUSED,), PAUSED, (Actor.WORKER,)),
     # A run whose worker stopped heartbeating (recovery.reclaim):
     "requeue_stuck": Move((RUNNING,), PENDING, (Actor.SWEEP, Actor.OPERATOR)),
     "fail_stuck": Move((RUNNING,), FAILED, (Actor.SWEEP, Actor.OPERATOR)),
@@ -85,13 +88,19 @@ MOVES: dict[str, Move] = {
     "retry_from_step": Move((FAILED, CANCELLED), PENDING, (Actor.OPERATOR,)),
     "skip_step": Move((FAILED, CANCELLED), PENDING, (Actor.OPERATOR,)),
     "restart": Move((FAILED, CANCELLED, COMPLETED), PENDING, (Actor.OPERATOR,)),
-    "cancel": Move((PENDING, RUNNING), CANCELLED, (Actor.OPERATOR,)),
+    "cancel": Move((PENDING, RUNNING, PAUSED), CANCELLED, (Actor.OPERATOR,)),
+    # A running run keeps its lease until its worker gives it back at its step boundary ("give_back_paused").
+    "pause": Move((PENDING, RUNNING), PAUSED, (Actor.OPERATOR,)),
+    "resume": Move((PAUSED,), PENDING, (Actor.OPERATOR,)),
+    # Resumed before its worker reached the step boundary: that worker goes on as if never paused.
+    "resume_held": Move((PAUSED,), RUNNING, (Actor.OPERATOR,)),
     # The unfinished children of a run cancelled (by an operator, or past its deadline), down the tree:
-    "cancel_with_parent": Move((PENDING, RUNNING), CANCELLED, (Actor.OPERATOR, Actor.WORKER)),
+    "cancel_with_parent": Move((PENDING, RUNNING, PAUSED), CANCELLED, (Actor.OPERATOR, Actor.WORKER)),
 }
 
 #: What every move into a status writes besides the status: no status but
-#: ``running`` has a lease, and a finished run has its finishing time.
+#: ``running`` has a lease (and ``paused``, until the worker of a run paused
+#: while it ran gives it back), and a finished run has its finishing time.
 ENTERING: dict[WorkflowStatus, dict[str, Any]] = {
     PENDING: {"lease_token": None},
     FAILED: {"lease_token": None, "finished_at": Now()},
@@ -221,6 +230,12 @@ def await_worker(rows: QuerySet[Workflow], waiting_for: str) -> int:
         run_after=Now() + delay,
         waiting_for=waiting_for,
     )
+
+
+def give_back_paused(rows: QuerySet[Workflow]) -> int:
+    """A run paused while it ran, given back by its worker at its step boundary: its
+    lease let go and its attempt given back (a pause is no failure); it stays paused."""
+    return _move(rows, "give_back_paused", lease_token=None, attempts=F("attempts") - 1)
 
 
 def cancel_past_deadline(rows: QuerySet[Workflow], message: str) -> int:
@@ -361,7 +376,7 @@ def restart_workflow(workflow: WorkflowRef) -> Workflow:
 
 
 def cancel_workflow(workflow: WorkflowRef, reason: str = "Cancelled.") -> Workflow:
-    """Cancel a pending or running workflow, and its unfinished children.
+    """Cancel a pending, running or paused workflow, and its unfinished children.
 
     A running workflow's worker notices at its next step boundary (or
     heartbeat) and writes nothing more; the step it was running is marked
@@ -377,6 +392,36 @@ def cancel_workflow(workflow: WorkflowRef, reason: str = "Cancelled.") -> Workfl
         _end_steps([workflow_id], reason)
         _cancel_children([workflow_id], reason)
     return result
+
+
+def pause_workflow(workflow: WorkflowRef) -> Workflow:
+    """Pause a pending or running workflow: no worker claims it until ``resume_workflow``.
+
+    A pending run keeps what it waits for: a timer that passes, an event that
+    arrives or a child that finishes while it is paused counts once it is
+    resumed. A running run is paused at once and its worker gives it back at
+    its next step boundary, the step it was running checkpointed; resumed, it
+    goes on after its last completed step. Its time limit, if it has one, keeps
+    counting. ``cancel_workflow`` ends a paused run.
+    """
+    return operator_move(workflow, "pause", "pause", notify=False)
+
+
+def resume_workflow(workflow: WorkflowRef) -> Workflow:
+    """Send a paused workflow back to pending, to be claimed as before it was paused
+    (at once if what it waited for came meanwhile).
+
+    A run paused while it ran, whose worker has not reached its step boundary
+    yet, is running again instead: that worker goes on as if it was never paused.
+    """
+    workflow_id = workflow_id_of(workflow)
+    alias = conf.DATABASE
+    with transaction.atomic(using=alias):
+        # A lease on a paused run is its worker's until it gives the run back (``give_back_paused``).
+        held = Workflow.objects.using(alias).filter(pk=workflow_id, lease_token__isnull=False)
+        if _move(held, "resume_held"):
+            return held.get()
+    return operator_move(workflow_id, "resume", "resume")
 
 
 def _end_steps(workflow_ids: list[uuid.UUID], reason: str) -> None:

@@ -121,9 +121,14 @@ def waiting_kind(kind: WaitKind) -> Q:
     return Q(waiting_for__startswith=f"{kind.value}:")
 
 
+#: The statuses of a run that waits: a paused one keeps its wait, and is woken
+#: as a pending one is (its ``run_after`` cleared), so the wake-up counts once it is resumed.
+WAITING_STATUSES = (WorkflowStatus.PENDING, WorkflowStatus.PAUSED)
+
+
 def awaited_event(status: str, waiting_for: str | None) -> str | None:
-    """The event a pending workflow waits for, or None when it waits for none."""
-    wait = Wait.parse(waiting_for) if status == "pending" else None
+    """The event a pending (or paused) workflow waits for, or None when it waits for none."""
+    wait = Wait.parse(waiting_for) if status in WAITING_STATUSES else None
     return wait.detail if wait is not None and wait.kind == WaitKind.EVENT else None
 
 
@@ -160,7 +165,7 @@ def children_settled(ids: list[uuid.UUID], wake_on_failure: bool = True) -> bool
 
 def wake_event_waiter(workflow_id: uuid.UUID, name: str, queue: str) -> None:
     """Event ``name`` arrived: a workflow waiting for it becomes due now."""
-    waiting = _workflows().filter(pk=workflow_id, status=WorkflowStatus.PENDING, waiting_for=waiting_for_event(name))
+    waiting = _workflows().filter(pk=workflow_id, status__in=WAITING_STATUSES, waiting_for=waiting_for_event(name))
     if waiting.update(run_after=None):
         notify_new_work(conf.DATABASE, queue)
 
@@ -409,7 +414,7 @@ def wake_forks(finished: Mapping[uuid.UUID, uuid.UUID]) -> None:
     waiting = {
         pk: queue
         for pk, (status, waiting_for, queue) in locked.items()
-        if status == WorkflowStatus.PENDING and getattr(Wait.parse(waiting_for), "kind", None) == WaitKind.CHILDREN
+        if status in WAITING_STATUSES and getattr(Wait.parse(waiting_for), "kind", None) == WaitKind.CHILDREN
     }
     if not waiting:
         return

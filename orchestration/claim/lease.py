@@ -9,6 +9,12 @@ subclass ``RunCancelled`` when the run was cancelled) and marks the lease
 ``lost``; both are control flow (``BaseException``), which a workflow's
 ``except Exception`` cannot swallow.
 
+A run paused while it runs keeps its lease, not its status: the next fenced
+write (a step's start, the run's end, a wait) finds it ``paused`` and raises
+``RunPaused``, and the worker gives it back there (``give_back_paused``),
+writing the deferred checkpoint of the step it had finished under the same
+lease, so the pause costs no completed step.
+
 The writes are retried through a database outage by the lease's ``outage``
 policy (the worker's), unless the caller holds a transaction of its own, which
 an outage has broken anyway.
@@ -33,7 +39,7 @@ from django.db.models.functions import Coalesce, Now
 
 from .. import transitions, waits
 from ..conf import conf
-from ..errors import CheckpointRefused, LeaseLost, RunCancelled
+from ..errors import CheckpointRefused, LeaseLost, RunCancelled, RunPaused
 from ..listen import notify_new_work
 from ..models import StepStatus, Workflow, WorkflowEvent, WorkflowStatus, WorkflowStep
 from ..outages import is_outage
@@ -340,6 +346,49 @@ class Lease:
         self._fence(lambda rows: transitions.await_worker(rows, waiting_for))
 
     @_through_outages
+    def give_back_paused(self) -> WorkflowStatus:
+        """Give back a run paused while this worker ran it (``RunPaused``), at its
+        step boundary: its deferred checkpoint written, its lease let go, its
+        attempt unspent; it stays paused. Resumed before this (running again under
+        this lease), it is released to pending instead. Returns the status it is
+        left in; raises ``LeaseLost`` if it is no longer this worker's."""
+        with transaction.atomic(using=conf.DATABASE):
+            held = _workflows().filter(pk=self.id, lease_token=self.lease_token)
+            status = held.select_for_update(no_key=True).values_list("status", flat=True).first()
+            if status == WorkflowStatus.RUNNING:
+                self._fence(transitions.release)
+                left = WorkflowStatus.PENDING
+            elif status == WorkflowStatus.PAUSED:
+                self._checkpoint_paused(held)
+                transitions.give_back_paused(held)
+                self._drop_placeholder()
+                left = WorkflowStatus.PAUSED
+            else:
+                self._lost()
+            _steps().filter(workflow_id=self.id, status=StepStatus.RUNNING).fail(
+                "the run was paused during this step; it runs again once the run is resumed"
+            )
+        if left == WorkflowStatus.PENDING:
+            notify_new_work(conf.DATABASE, self.queue)
+        return left
+
+    def _checkpoint_paused(self, held: Any) -> None:
+        """The deferred checkpoint, on the paused row ``held`` (locked): what
+        ``statements.FENCED_WRITE`` writes on a running one."""
+        checkpoint, self.checkpoint = self.checkpoint, None
+        if checkpoint is None:
+            return
+        held.update(current_step=checkpoint.number, worker_deaths=0, lost_at_step=None)
+        returned_at = Now() - datetime.timedelta(seconds=checkpoint.age(time.monotonic()))
+        _steps().filter(workflow_id=self.id, step_number=checkpoint.number).update(
+            status=StepStatus.COMPLETED,
+            output_data=json.loads(checkpoint.output),
+            error_message=None,
+            step_name=checkpoint.name,
+            completed_at=returned_at,
+        )
+
+    @_through_outages
     def cancel_past_deadline(self) -> None:
         assert self.deadline is not None
         message = f"Deadline exceeded: the workflow had to finish by {self.deadline.isoformat()}; cancelled."
@@ -482,9 +531,11 @@ class Lease:
 
     def _lost(self) -> NoReturn:
         self.lost.set()
-        status = _workflows().filter(pk=self.id).values_list("status", flat=True).first()
+        status, lease = _workflows().filter(pk=self.id).values_list("status", "lease_token").first() or (None, None)
         if status == WorkflowStatus.CANCELLED:
             raise RunCancelled(f"Workflow {self.id} was cancelled.")
+        if status == WorkflowStatus.PAUSED and lease == self.lease_token:
+            raise RunPaused(f"Workflow {self.id} was paused; this worker gives it back at this step boundary.")
         raise LeaseLost(f"Workflow {self.id} is no longer held by this worker (it is {status}).")
 
 

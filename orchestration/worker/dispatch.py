@@ -433,14 +433,28 @@ class Dispatcher:
                 self.completed += 1
                 log_completed(item.run, item.started)
             else:
-                item.run.lost.set()
-                logger.warning(
-                    "workflow %s (%s) stopped: no longer held by this worker (cancelled or reclaimed); "
-                    "its completion was not written",
-                    item.run.id,
-                    item.run.workflow_type,
-                )
+                self._not_completed(item.run)
         return len(runs)
+
+    def _not_completed(self, run: Lease) -> None:
+        """A finished run whose completion found its lease gone: given back with
+        its last step's checkpoint if it was paused, else stopped."""
+        try:
+            left = run.give_back_paused()
+        except LeaseLost:
+            pass
+        except DatabaseError:
+            logger.exception("workflow %s: could not give it back paused", run.id)
+        else:
+            logger.info("workflow %s (%s) given back %s with its last step", run.id, run.workflow_type, left)
+            return
+        run.lost.set()
+        logger.warning(
+            "workflow %s (%s) stopped: no longer held by this worker (cancelled or reclaimed); "
+            "its completion was not written",
+            run.id,
+            run.workflow_type,
+        )
 
     def _complete_alone(self, item: FinishedRun) -> None:
         """Complete one finished run in its own transaction; a completion the

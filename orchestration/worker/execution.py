@@ -2,7 +2,9 @@
 
 Nothing a workflow does escapes ``execute``: its result, its failure, a wait,
 a release at shutdown or a passed deadline each end in one fenced write of the
-lease, and a lease found lost ends it with nothing more written.
+lease, and a lease found lost ends it with nothing more written. A run found
+paused is given back (``Lease.give_back_paused``) with the checkpoint of the
+step it had finished.
 """
 
 from __future__ import annotations
@@ -28,9 +30,11 @@ from ..errors import (
     LeaseLost,
     NotRegisteredHere,
     ReleaseRequested,
+    RunPaused,
     Suspend,
     class_path,
 )
+from ..models import WorkflowStatus
 from ..observability import observe
 from ..registry import WorkflowDefinition, find_workflow, registered_workflows
 from ..terminal import printable
@@ -49,6 +53,8 @@ class Outcome(enum.StrEnum):
     WAITING = "waiting"
     RELEASED = "released"
     CANCELLED = "cancelled"
+    #: Paused by an operator while it ran: given back at its step boundary.
+    PAUSED = "paused"
     #: The lease was lost or the workflow cancelled: nothing more was written.
     ABANDONED = "abandoned"
     #: Given back untouched: this worker does not register its type.
@@ -149,6 +155,8 @@ def _returned(run: Lease, result: Any, started: float, finish_later: Callable[[F
 
 def _ended(run: Lease, ctx: WorkflowContext | None, exc: BaseException, started: float) -> Outcome:
     """Write the outcome of an attempt that raised ``exc``, as it says."""
+    if isinstance(exc, RunPaused):
+        return give_back_paused(run)
     if isinstance(exc, LeaseLost):  # RunCancelled too
         logger.warning("workflow %s (%s) stopped: %s", run.id, run.workflow_type, exc)
         return Outcome.ABANDONED
@@ -201,10 +209,26 @@ def log_completed(run: Lease, started: float) -> None:
     )
 
 
+def give_back_paused(run: Lease) -> Outcome:
+    """Give back a run paused while it ran (see ``Lease.give_back_paused``)."""
+    try:
+        left = run.give_back_paused()
+    except LeaseLost as lost:
+        logger.warning("workflow %s (%s) stopped: %s", run.id, run.workflow_type, lost)
+        return Outcome.ABANDONED
+    if left == WorkflowStatus.PENDING:
+        logger.info("workflow %s (%s) resumed while pausing: released to pending", run.id, run.workflow_type)
+        return Outcome.RELEASED
+    logger.info("workflow %s (%s) paused: given back at its step boundary", run.id, run.workflow_type)
+    return Outcome.PAUSED
+
+
 def _settle(run: Lease, write: Callable[[], object], outcome: Outcome, description: str) -> Outcome:
     """Write a non-failure outcome (release, wait, deadline) if the lease still holds."""
     try:
         write()
+    except RunPaused:
+        return give_back_paused(run)
     except LeaseLost:
         return Outcome.ABANDONED
     logger.info("workflow %s (%s) %s", run.id, run.workflow_type, printable(description))  # an event's name
@@ -226,6 +250,8 @@ def record_failure(run: Lease, ctx: WorkflowContext | None, exc: BaseException, 
         except CheckpointRefused as refused:  # the step before it could not be stored: that fails the run
             message = str(refused)
             delay = run.fail(message, details, retryable=False, error_class=class_path(CheckpointRefused))
+    except RunPaused:
+        return give_back_paused(run)
     except LeaseLost as lost:
         logger.warning("workflow %s (%s) stopped: %s", run.id, run.workflow_type, lost)
         return Outcome.ABANDONED

@@ -126,3 +126,10 @@ def test_models__have_every_migration_they_need():
 def test_claim_index_is_partial_on_pending_rows():
     [(definition,)] = fetch("SELECT indexdef FROM pg_indexes WHERE indexname = 'idx_workflows_claim'")
     assert "WHERE ((status)::text = 'pending'::text)" in definition
+
+
+def test_seed_dequeue__never_takes_a_paused_run():
+    WorkflowFactory(status="paused")
+    with connection.cursor() as cursor:
+        cursor.execute(SEED_DEQUEUE)
+        assert cursor.fetchone() is None

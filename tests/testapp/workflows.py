@@ -11,7 +11,7 @@ from typing import Any
 from django.db import connection
 from pydantic import BaseModel
 
-from orchestration import ChildWorkflowFailed, EventTimeout, PermanentError, workflow
+from orchestration import ChildWorkflowFailed, EventTimeout, PermanentError, pause_workflow, workflow
 from orchestration.observability import observe
 
 from .models import LedgerEntry, StepRun
@@ -436,3 +436,13 @@ def tags_its_children(ctx: Any, data: dict[str, Any]) -> Any:
 def reports_in_a_timed_step(ctx: Any, data: Any) -> Any:
     """A step under a time limit runs in a thread of its own: its reports are written from there."""
     return ctx.step("count", report_often, ctx, 3, 0, timeout=10)
+@workflow("pauses_itself", max_retries=0)
+def pauses_itself(ctx: Any, data: dict[str, int]) -> Any:
+    """Three steps; the body of step ``data["at"]`` pauses its own run, as an operator would meanwhile."""
+
+    def body(number: int, label: str) -> Any:
+        if number == data["at"]:
+            pause_workflow(ctx.workflow_id)
+        return record(ctx, number, label)
+
+    return [ctx.step(label, body, n, label)["step"] for n, label in enumerate(("first", "second", "third"), 1)]

@@ -1,4 +1,4 @@
-"""The list's bulk actions: retry, restart, cancel, requeue the stuck.
+"""The list's bulk actions: retry, restart, cancel, pause, resume, requeue the stuck.
 
 Each calls the same function as the Python API (``orchestration.api``), so a
 status changes in one place; each is guarded by a model permission (the admin's
@@ -51,8 +51,24 @@ def cancel_workflows(
     children it stops with them; then cancels each through the API."""
     if request.POST.get("confirmed") != "yes":
         return _confirm_cancel(model_admin, request, queryset)
-    _apply(model_admin, request, queryset, api.cancel_workflow, "cancelled", "only pending or running ones can be")
+    _apply(
+        model_admin, request, queryset, api.cancel_workflow, "cancelled", "only pending, running or paused ones can be"
+    )
     return None
+
+
+@admin.action(description="Pause selected workflows (running ones at their next step boundary)", permissions=["cancel"])
+def pause_workflows(
+    model_admin: admin.ModelAdmin[Workflow], request: HttpRequest, queryset: QuerySet[Workflow]
+) -> None:
+    _apply(model_admin, request, queryset, api.pause_workflow, "paused", "only pending or running ones can be")
+
+
+@admin.action(description="Resume selected paused workflows", permissions=["cancel"])
+def resume_workflows(
+    model_admin: admin.ModelAdmin[Workflow], request: HttpRequest, queryset: QuerySet[Workflow]
+) -> None:
+    _apply(model_admin, request, queryset, api.resume_workflow, "resumed", "only paused ones can be")
 
 
 #: Workflows whose children the cancel's confirmation counts; past it, it says so without a number.

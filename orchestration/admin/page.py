@@ -3,7 +3,7 @@
 earlier attempts.
 
 ``summary`` is what the page's head draws; ``run_action`` the POST behind its
-Retry / Restart / Cancel buttons, each guarded by the permission that guards
+Retry / Restart / Cancel / Pause / Resume buttons, each guarded by the permission that guards
 the list's action of the same name, and made through ``orchestration.api``.
 """
 
@@ -27,6 +27,7 @@ from .. import api, transitions
 from ..errors import InvalidTransition
 from ..models import StepStatus, Workflow, WorkflowStatus, WorkflowStep
 from ..reports import charts
+from ..transitions import MOVES
 from ..waits import PendingReason, pending_reason
 from .display import ago, change_url, status_badge, timestamp, waiting_until, waiting_what, worker_link
 from .steps import window_of
@@ -47,11 +48,16 @@ class RunAction:
 _RETRIED = "is pending again; it resumes after its last completed step"
 _RESTARTED = "is pending again; it runs from its first step"
 _DISCARD = "Discard every step's checkpoint and run it again from step 1?"
+_PAUSED = "is paused: no worker claims it, and a running run stops at its next step boundary"
+_RESUMED = "is resumed; it goes on after its last completed step"
 RUN_ACTIONS = (
     RunAction("retry", "Retry", ("failed", "cancelled"), "retry", api.retry_workflow, _RETRIED),
     RunAction("restart", "Restart from scratch", ("failed", "cancelled", "completed"), "retry", api.restart_workflow,
               _RESTARTED, _DISCARD),
-    RunAction("cancel", "Cancel", ("pending", "running"), "cancel", api.cancel_workflow, "is cancelled"),
+    RunAction("cancel", "Cancel", MOVES["cancel"].sources, "cancel", api.cancel_workflow, "is cancelled"),
+    # Pausing stops a run as a cancel does, but for a while: the same permission guards it.
+    RunAction("pause", "Pause", MOVES["pause"].sources, "cancel", api.pause_workflow, _PAUSED),
+    RunAction("resume", "Resume", MOVES["resume"].sources, "cancel", api.resume_workflow, _RESUMED),
 )  # fmt: skip
 
 
@@ -78,6 +84,12 @@ def headline(workflow: Workflow, step: WorkflowStep | None) -> SafeString | str:
     if workflow.status == WorkflowStatus.COMPLETED:
         took = charts.format_elapsed(workflow.started_at, workflow.finished_at, now, running=False)
         return format_html("Completed {} steps in {}, {}.", workflow.current_step, took, ago(workflow.finished_at))
+    if workflow.status == WorkflowStatus.PAUSED:
+        if workflow.lease_token is not None:  # not given back yet
+            return format_html(
+                "Pausing{}: {} gives it back at its next step boundary.", at_step, worker_link(workflow.worker_id)
+            )
+        return format_html("Paused{}; no worker claims it until it is resumed.", at_step)
     if workflow.status == WorkflowStatus.RUNNING:
         return format_html(
             "Running{} on {}; last heartbeat {}.", at_step, worker_link(workflow.worker_id), ago(workflow.updated_at)
@@ -160,7 +172,7 @@ def children_stopped(count: int | None) -> str:
 
 
 def run_action(model_admin: WorkflowConsole, request: HttpRequest, object_id: str, name: str) -> HttpResponse:
-    """Retry, restart or cancel one run from its page (POST), then back to it with what happened."""
+    """Retry, restart, cancel, pause or resume one run from its page (POST), then back to it with what happened."""
     action = next((action for action in RUN_ACTIONS if action.name == name), None)
     if action is None:
         raise Http404(f"No action {name!r}.")

@@ -29,7 +29,14 @@ from ..models import FINISHED_STATUSES, StepStatus, Workflow, WorkflowStatus, Wo
 from ..reports import charts, step_window
 from ..reports.listing import children_by_status, progress_fraction, progress_text, search_q, short_id
 from ..reports.pagination import EstimatedCountPaginator
-from .actions import cancel_workflows, requeue_stuck_workflows, restart_workflows, retry_workflows
+from .actions import (
+    cancel_workflows,
+    pause_workflows,
+    requeue_stuck_workflows,
+    restart_workflows,
+    resume_workflows,
+    retry_workflows,
+)
 from .display import (
     ago,
     change_url,
@@ -171,7 +178,14 @@ class WorkflowAdmin(ReadOnlyConsole, admin.ModelAdmin):
         "Versions": lambda workflow: workflow.patches or workflow.forked_from_id,
     }
     # Each names the has_<permission>_permission below that guards it.
-    actions = [retry_workflows, restart_workflows, cancel_workflows, requeue_stuck_workflows]
+    actions = [
+        retry_workflows,
+        restart_workflows,
+        cancel_workflows,
+        pause_workflows,
+        resume_workflows,
+        requeue_stuck_workflows,
+    ]
     #: The sorts an index answers: by creation (``idx_workflows_created``, and the
     #: index of each filter, which all end in created_at), and by heartbeat among
     #: running runs (``idx_workflows_running``); see ``get_sortable_by``.

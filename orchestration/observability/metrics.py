@@ -44,6 +44,9 @@ INSTALL_HINT = (
     'pip install "django-orchestration[prometheus]" (or pip install prometheus-client).\n'
 )
 
+#: The statuses ``orchestration_workflows`` counts, each type's reading 0 when it has none.
+UNFINISHED = ("pending", "running", "paused")
+
 #: Seconds the database's gauges may take before PostgreSQL cancels them;
 #: the scrape then says so (``orchestration_metrics_database_up 0``).
 TIME_LIMIT = 5.0
@@ -52,6 +55,7 @@ TIME_LIMIT = 5.0
 # (idx_workflows_due, idx_workflows_waiting up to now, idx_workflows_running):
 # however many runs wait, none is read here. Those are counted apart
 # (``stats.waiting_runs``: exactly up to 10,000, past that from a sample).
+# The paused, held by an operator (neither due nor stuck), through idx_workflows_status.
 UNFINISHED_SQL = """
 SELECT
     queue,
@@ -69,6 +73,8 @@ FROM (
     WHERE status = 'pending' AND run_after <= now()
     UNION ALL
     SELECT queue, workflow_type, status, created_at, run_after FROM workflows WHERE status = 'running'
+    UNION ALL
+    SELECT queue, workflow_type, status, created_at, run_after FROM workflows WHERE status = 'paused'
 ) AS unfinished
 GROUP BY queue, workflow_type, status
 """
@@ -198,7 +204,7 @@ class DatabaseCollector:
             "orchestration_oldest_due_seconds", "Seconds the oldest due workflow has been due.", labels=labels
         )
         # Every registered type reads 0 when it has nothing, rather than vanishing.
-        counts = {(d.queue, name, s): 0 for name, d in registered_workflows().items() for s in ("pending", "running")}
+        counts = {(d.queue, name, s): 0 for name, d in registered_workflows().items() for s in UNFINISHED}
         due_counts = {(d.queue, name): 0 for name, d in registered_workflows().items()}
         ages = dict.fromkeys(due_counts, 0.0)
         for queue, workflow_type, status, workflows, due_now, oldest_due in rows:

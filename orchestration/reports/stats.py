@@ -288,14 +288,14 @@ SELECT workflow_type FROM types WHERE workflow_type IS NOT NULL;
 
 
 # The overview's outcomes per type: the seed's success rate counts a run still
-# pending or running (a wait for an approval, say) as a failure; here success is
+# pending, running or paused (a wait for an approval, say) as a failure; here success is
 # completed of the runs that completed or failed: a cancelled run was stopped by
 # someone, not failed by its code, and is counted apart, as an unfinished one is.
 OUTCOMES_SQL = """
 SELECT
     workflow_type,
     COUNT(*) AS total,
-    COUNT(*) FILTER (WHERE status IN ('pending', 'running')) AS unfinished,
+    COUNT(*) FILTER (WHERE status IN ('pending', 'running', 'paused')) AS unfinished,
     COUNT(*) FILTER (WHERE status = 'completed') AS completed,
     COUNT(*) FILTER (WHERE status = 'failed') AS failed,
     COUNT(*) FILTER (WHERE status = 'cancelled') AS cancelled,

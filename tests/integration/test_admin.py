@@ -306,7 +306,7 @@ def test_cancel_action__cancels_pending_and_running_only(admin_client):
     response = run_action(admin_client, "cancel_workflows", pending, running, failed, confirmed="yes")
     [message] = [str(m) for m in response.context["messages"]]
     assert message.startswith(
-        "2 workflow(s) cancelled; 1 skipped (in the wrong state: only pending or running ones can be)."
+        "2 workflow(s) cancelled; 1 skipped (in the wrong state: only pending, running or paused ones can be)."
     )
     assert (status_of(pending), status_of(running), status_of(failed)) == ("cancelled", "cancelled", "failed")
 
@@ -318,7 +318,7 @@ def test_cancel_action__asks_first_saying_how_many_children_it_stops(admin_clien
     WorkflowFactory(parent=parent, detached=True)
     response = run_action(admin_client, "cancel_workflows", parent, finished)
     page = response.content.decode()
-    assert "Cancel 1 pending or running workflow of the 2 selected?" in page
+    assert "Cancel 1 pending, running or paused workflow of the 2 selected?" in page
     assert "It also stops 2 unfinished child workflows (their children and theirs)" in page
     assert "The other 1 is finished" in page
     assert (status_of(parent), status_of(child)) == ("running", "pending")  # nothing changed yet
@@ -374,7 +374,7 @@ def test_actions__each_needs_its_own_permission(client):
     pending = WorkflowFactory(status="pending")
     client.force_login(staff_user("view_workflow", "cancel_workflow"))
     choices = [c for c, _ in client.get(LIST_URL).context["action_form"].fields["action"].choices]
-    assert choices == ["", "cancel_workflows"]
+    assert choices == ["", "cancel_workflows", "pause_workflows", "resume_workflows"]
     run_action(client, "retry_workflows", failed)
     run_action(client, "restart_workflows", failed)
     assert status_of(failed) == "failed"
@@ -421,5 +421,5 @@ def test_cancel_action__across_every_page_counts_the_whole_selection(admin_clien
         f"{LIST_URL}?status__exact=running",  # the list's filter: the running parents, not the pending child
         {"action": "cancel_workflows", "_selected_action": [str(parents[0].pk)], "index": 0, "select_across": "1"},
     ).content.decode()
-    assert "Cancel 3 pending or running workflows of the 3 selected? It also stops 1 unfinished child" in page
+    assert "Cancel 3 pending, running or paused workflows of the 3 selected? It also stops 1 unfinished child" in page
     assert 'name="select_across" value="1"' in page

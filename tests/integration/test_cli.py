@@ -103,7 +103,7 @@ def test_list__a_run_no_worker_here_registers_is_shown_waiting_for_a_worker():
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (("--status", "done"), "Unknown status 'done': one of pending, running, completed, failed, cancelled."),
+        (("--status", "done"), "Unknown status 'done': one of pending, running, completed, failed, cancelled, paused."),
         (("--pending", "bored"), "Unknown pending reason 'bored': one of due, waiting, retrying"),
         (("--parent", "12"), "Parent '12' is not a workflow id (a UUID)."),
     ],
@@ -321,6 +321,27 @@ def test_send_event__bad_payload_finished_workflow_or_unknown_id():
     assert refused("send-event", str(done.pk), "x", "--payload", "{oops").returncode == 2
     assert refused("send-event", str(done.pk), "x").returncode == 4
     assert refused("send-event", str(uuid.uuid4()), "x").returncode == 3
+
+
+def test_pause_and_resume__of_run_ids_pause_and_resume_those_runs():
+    first, second = start_workflow("three_steps"), start_workflow("three_steps")
+    assert run("pause", str(first.pk), str(second.pk)) == f"{first.pk}: paused\n{second.pk}: paused\n"
+    assert set(Workflow.objects.values_list("status", flat=True)) == {"paused"}
+    assert run_json("resume", str(first.pk)) == [{"id": str(first.pk), "ok": True, "status": "pending"}]
+    assert run("resume", str(second.pk)) == f"{second.pk}: resumed, now pending\n"
+
+
+def test_pause__of_a_finished_run_is_refused_naming_its_status():
+    done = WorkflowFactory(status="completed")
+    error = refused("pause", str(done.pk))
+    assert error.returncode == 4
+    assert Workflow.objects.get(pk=done.pk).status == "completed"
+    assert refused("pause", str(uuid.uuid4())).returncode == 3
+
+
+def test_pause__of_several_names_that_are_not_all_ids_is_a_bad_argument():
+    error = refused("pause", str(uuid.uuid4()), "default")
+    assert error.returncode == 2 and "whole workflow ids or one queue's name" in str(error)
 
 
 def test_pause_and_resume__are_aliases_of_workflow_queues_and_print_the_same():

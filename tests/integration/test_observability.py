@@ -80,6 +80,18 @@ def test_metrics_view__parses_and_its_gauges_match_the_table(client):
     assert samples[("orchestration_metrics_database_up", ())] == 1
 
 
+def test_metrics_view__counts_paused_runs_apart_neither_due_nor_running(client):
+    WorkflowFactory.create_batch(2, workflow_type="echo", status="paused")
+    WorkflowFactory(workflow_type="echo", status="pending")
+    samples = scrape(client)
+    echo = {"queue": "default", "workflow_type": "echo"}
+    assert samples[("orchestration_workflows", labels(**echo, status="paused"))] == 2
+    assert samples[("orchestration_workflows", labels(**echo, status="running"))] == 0
+    assert samples[("orchestration_workflows_due", labels(**echo))] == 1
+    nothing_paused = labels(queue="default", workflow_type="three_steps", status="paused")
+    assert samples[("orchestration_workflows", nothing_paused)] == 0
+
+
 def test_metrics_view__counts_the_attempts_and_steps_this_process_ran(client):
     def counted(name: str, **extra: str) -> float:
         return scrape(client).get((name, labels(queue="default", workflow_type="three_steps", **extra)), 0.0)

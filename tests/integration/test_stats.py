@@ -125,3 +125,17 @@ def test_workflow_stats__json_matches_the_stats_module_the_overview_uses():
 def test_workflow_stats__refuses_a_window_under_an_hour():
     with pytest.raises(CommandError, match="--hours"):
         run_stats("--hours", "0")
+
+
+def test_outcomes__count_a_paused_run_as_unfinished_apart_from_the_success_rate():
+    for status in ("paused", "pending", "completed", "failed"):
+        WorkflowFactory(workflow_type="echo", status=status)
+    [row] = stats.outcomes().as_dicts()
+    assert (row["total"], row["unfinished"], row["completed"], row["failed"]) == (4, 2, 1, 1)
+    assert float(row["success_pct"]) == 50.0
+
+
+def test_queue_depth__counts_a_paused_run_neither_due_nor_waiting_nor_running():
+    WorkflowFactory(status="paused")
+    WorkflowFactory(status="paused", run_after=timezone.now() - datetime.timedelta(minutes=1), waiting_for="timer:nap")
+    assert stats.queue_depth().rows == []

@@ -7,7 +7,8 @@ status (docs/reference/commands.md's table): 0 done; 2 a bad argument (an
 id, a filter, a payload, an unknown queue); 3 no such workflow; 4 refused in
 its state (the message says why); 1 anything else (a statement timeout, say).
 ``health`` exits 0 when every check passes, 1 otherwise
-(``orchestration.health``). ``pause`` and ``resume`` are aliases of
+(``orchestration.health``). ``pause`` and ``resume`` pause and resume runs
+given by their whole ids; given one queue's name instead, they are
 ``workflow_queues pause|resume``.
 """
 
@@ -40,6 +41,13 @@ from orchestration.validation import dumps_for_display
 from orchestration.waits import Wait
 
 BAD_ARGUMENT, NOT_FOUND, REFUSED = USAGE, 3, 4
+
+#: What ``pause`` and ``resume`` do to runs; ``workflow_queues.PAUSE_HELP`` says what they do to a queue.
+RUN_PAUSE_HELP = {
+    "pause": "Pause pending or running workflows: no worker claims them, and a running one stops at its next "
+    "step boundary, its completed steps kept.",
+    "resume": "Resume paused workflows: they go on after their last completed step.",
+}
 
 #: Seconds a read may take before PostgreSQL cancels it (``--timeout``).
 READ_TIME_LIMIT = 30.0
@@ -82,7 +90,7 @@ class Command(JsonErrors, ReportsOutages):
             return sub
 
         found = verb("list", "Workflows, newest first, with the admin list's filters.")
-        found.add_argument("--status", help="pending, running, completed, failed or cancelled")
+        found.add_argument("--status", help="pending, running, paused, completed, failed or cancelled")
         found.add_argument(
             "--pending", metavar="WHY", help="due, waiting, timer, event, children, worker, retrying, scheduled"
         )
@@ -120,7 +128,10 @@ class Command(JsonErrors, ReportsOutages):
         event.add_argument("name")
         event.add_argument("--payload", default="null", help="JSON (default null)")
         for action, text in workflow_queues.PAUSE_HELP.items():
-            verb(action, f"{text} The same as workflow_queues {action}.").add_argument("queue")
+            said = f"{RUN_PAUSE_HELP[action]} Given one queue's name instead: {text[0].lower()}{text[1:]}"
+            verb(action, f"{said} (workflow_queues {action}).").add_argument(
+                "targets", nargs="+", metavar="ID|QUEUE", help="whole workflow ids, or one queue's name"
+            )
         said = (
             "Check the database, the migrations and, when asked, a worker; one line a check. Exit status 0 "
             "when all pass, 1 otherwise: for a supervisor's probe."
@@ -339,10 +350,24 @@ class Command(JsonErrors, ReportsOutages):
         return None
 
     def _pause(self, options: dict[str, Any]) -> Any:
-        return workflow_queues.pause_or_resume(self, "pause", options["queue"], options["json"])
+        return self._pause_or_resume(options, "pause", api.pause_workflow, "paused")
 
     def _resume(self, options: dict[str, Any]) -> Any:
-        return workflow_queues.pause_or_resume(self, "resume", options["queue"], options["json"])
+        return self._pause_or_resume(options, "resume", api.resume_workflow, "resumed")
+
+    def _pause_or_resume(
+        self, options: dict[str, Any], action: str, move: Callable[[uuid.UUID], Workflow], done: str
+    ) -> Any:
+        """Runs, given by whole ids (a prefix could be a queue's name); else one queue."""
+        targets = options["targets"]
+        if all(_is_uuid(target) for target in targets):
+            return self._each({**options, "ids": targets}, move, done)
+        if len(targets) > 1:
+            raise CommandError(
+                f"{action} takes whole workflow ids or one queue's name, not {' '.join(targets)!r}",
+                returncode=BAD_ARGUMENT,
+            )
+        return workflow_queues.pause_or_resume(self, action, targets[0], options["json"])
 
     def _each(self, options: dict[str, Any], repair: Callable[[uuid.UUID], Workflow], done: str) -> Any:
         """Repair each id through the API; report each; exit with the worst failure's status."""
@@ -382,6 +407,14 @@ class Command(JsonErrors, ReportsOutages):
             self.stdout.write("  ".join(value.ljust(widths[i]) for i, value in enumerate(row)).rstrip())
         if not rows:
             self.stdout.write(f"({empty})")
+
+
+def _is_uuid(text: str) -> bool:
+    try:
+        uuid.UUID(text)
+    except ValueError:
+        return False
+    return True
 
 
 def _workflow_id(text: str) -> uuid.UUID:

@@ -45,6 +45,8 @@ def test_reference__every_admin_action_is_listed_with_its_permission():
         ("retry_workflows", "orchestration.retry_workflow"),
         ("restart_workflows", "orchestration.retry_workflow"),
         ("cancel_workflows", "orchestration.cancel_workflow"),
+        ("pause_workflows", "orchestration.cancel_workflow"),
+        ("resume_workflows", "orchestration.cancel_workflow"),
         ("requeue_stuck_workflows", "orchestration.retry_workflow"),
         ("pause_queues", "orchestration.change_workflowqueue"),
         ("pause_schedules", "orchestration.change_workflowschedule"),

@@ -65,13 +65,15 @@ def heartbeat(leases: list[Lease]) -> list[Lease]:
     if not leases:
         return []
     tokens = [lease.lease_token for lease in leases]
-    held_rows = Workflow.objects.using(conf.DATABASE).filter(lease_token__in=tokens, status__in=HELD_STATUSES)
+    rows = Workflow.objects.using(conf.DATABASE).filter(lease_token__in=tokens)
+    running = rows.filter(status=WorkflowStatus.RUNNING)
     with transaction.atomic(using=conf.DATABASE):
-        beaten = set(held_rows.select_for_update(skip_locked=True, no_key=True).values_list("lease_token", flat=True))
-        held_rows.filter(lease_token__in=beaten).update(updated_at=Now())
+        beaten = set(running.select_for_update(skip_locked=True, no_key=True).values_list("lease_token", flat=True))
+        running.filter(lease_token__in=beaten).update(updated_at=Now())
     held = beaten
-    if len(beaten) < len(tokens):  # lost, or locked by another transaction: a plain read tells which
-        held |= set(held_rows.exclude(lease_token__in=beaten).values_list("lease_token", flat=True))
+    if len(beaten) < len(tokens):  # lost, paused, or locked by another transaction: a plain read tells which
+        unbeaten = rows.filter(status__in=HELD_STATUSES).exclude(lease_token__in=beaten)
+        held |= set(unbeaten.values_list("lease_token", flat=True))
     return [lease for lease in leases if lease.lease_token not in held]
 
 

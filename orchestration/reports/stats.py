@@ -33,7 +33,7 @@ GROUP BY workflow_type;
 """
 
 # The seed's, verbatim. A paused run is never in it: its status is 'paused', even
-# while its worker (heartbeating it) finishes the step it was in.
+# while its worker finishes the step it was in.
 STUCK_SQL = """
 SELECT id, workflow_type, current_step, updated_at
 FROM workflows

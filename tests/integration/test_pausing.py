@@ -243,3 +243,15 @@ def test_resume__a_run_whose_worker_died_while_it_was_paused_is_claimed_again():
     Workflow.objects.filter(pk=workflow.pk).update(updated_at=timezone.now() - datetime.timedelta(hours=1))
     assert recovery.reclaim_stuck(stuck_after=1).requeued == [workflow.pk]
     assert drain() == ["completed"]
+
+
+def test_pause__an_async_run_is_given_back_at_its_step_boundary_and_resumes():
+    workflow = start_workflow("async_three_steps")
+    run = claims.claim("w", None)[0]
+    pause_workflow(workflow)
+    assert execute(run) == "paused"
+    workflow.refresh_from_db()
+    assert (workflow.status, workflow.lease_token) == ("paused", None)
+    resume_workflow(workflow)
+    assert drain() == ["completed"]
+    assert bodies(workflow) == 3

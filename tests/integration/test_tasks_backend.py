@@ -18,7 +18,7 @@ from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist, TaskRes
 from django.tasks.signals import task_enqueued, task_finished, task_started
 from django.utils import timezone
 
-from orchestration import InvalidWorkflowInput, cancel_workflow, retry_workflow, start_workflow
+from orchestration import InvalidWorkflowInput, cancel_workflow, pause_workflow, retry_workflow, start_workflow
 from orchestration.claim import claims
 from orchestration.models import Workflow, WorkflowStep
 from orchestration.tasks import TASK_WORKFLOW_TYPE, UnknownTask, WorkflowBackend
@@ -95,6 +95,12 @@ def test_retries__a_flaky_task_succeeds_on_a_later_attempt():
         3,
         [],
     )
+
+
+def test_get_result__of_a_paused_task_is_ready():
+    result = tasks.add.enqueue(2, 3)
+    pause_workflow(result.id)
+    assert default_task_backend.get_result(result.id).status == TaskResultStatus.READY
 
 
 def test_pending_retry__is_ready_with_the_last_attempts_error():

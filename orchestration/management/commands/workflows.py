@@ -120,7 +120,7 @@ class Command(JsonErrors, ReportsOutages):
         retry.add_argument("ids", nargs="+", metavar="ID")
         retry.add_argument("--from-step", action=Bounded, minimum=1, help="run this step and every later one again")
         verb("restart", "Run finished workflows again from their first step.").add_argument("ids", nargs="+")
-        cancel = verb("cancel", "Cancel pending or running workflows.")
+        cancel = verb("cancel", "Cancel pending, running or paused workflows.")
         cancel.add_argument("ids", nargs="+", metavar="ID")
         cancel.add_argument("--reason", default="Cancelled by an operator.", help="stored as the error message")
         event = verb("send-event", "Send an event (a JSON payload) to a workflow.")
@@ -128,7 +128,7 @@ class Command(JsonErrors, ReportsOutages):
         event.add_argument("name")
         event.add_argument("--payload", default="null", help="JSON (default null)")
         for action, text in workflow_queues.PAUSE_HELP.items():
-            said = f"{RUN_PAUSE_HELP[action]} Given one queue's name instead: {text[0].lower()}{text[1:]}"
+            said = f"{RUN_PAUSE_HELP[action]} Given one queue's name instead: {text[0].lower()}{text[1:-1]}"
             verb(action, f"{said} (workflow_queues {action}).").add_argument(
                 "targets", nargs="+", metavar="ID|QUEUE", help="whole workflow ids, or one queue's name"
             )

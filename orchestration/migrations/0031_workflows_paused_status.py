@@ -8,7 +8,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("orchestration", "0025_claim_reads_due_runs_only"),
+        ("orchestration", "0030_workflow_schedules"),
     ]
 
     operations = [

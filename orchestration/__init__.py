@@ -44,7 +44,8 @@ if TYPE_CHECKING:
     )
     from .async_api import asend_event, astart_workflow, astart_workflows
     from .ctx.async_context import AsyncWorkflowContext
-    from .ctx.context import ChildHandle, WorkflowContext
+    from .ctx.children import ChildHandle
+    from .ctx.context import WorkflowContext
     from .flow import pause_queue, resume_queue, set_queue_limits
     from .forks import fork_workflow
     from .results import aget_result, wait_for_result
@@ -73,7 +74,7 @@ _LAZY = {
     "resume_schedule": "schedules.api",
     "WorkflowContext": "ctx.context",
     "AsyncWorkflowContext": "ctx.async_context",
-    "ChildHandle": "ctx.context",
+    "ChildHandle": "ctx.children",
 }
 
 __all__ = [

@@ -284,11 +284,12 @@ WHERE head.wait = ANY(%(waits)s::uuid[]) AND head.slot = -1
 """
 
 #: Make the runs ``%(runs)s`` due if they still wait for children, locked in id order; returns their queues.
+#: A paused run's wait ends too: it counts once the run is resumed.
 WAKE = """
 UPDATE workflows SET run_after = NULL
 WHERE id IN (
     SELECT id FROM workflows
-    WHERE id = ANY(%(runs)s::uuid[]) AND status = 'pending' AND run_after IS NOT NULL
+    WHERE id = ANY(%(runs)s::uuid[]) AND status IN ('pending', 'paused') AND run_after IS NOT NULL
       AND waiting_for LIKE 'children:%%'
     ORDER BY id
     FOR NO KEY UPDATE

@@ -32,7 +32,7 @@ from ..models import ScheduleTick, WorkflowSchedule
 from ..registry import get_workflow, registered_workflows
 from ..schedules import api
 from ..schedules.cron import check_expression, next_tick, zone
-from ..schedules.scheduler import MISSED_TICKS_LIMIT, runs_here
+from ..schedules.scheduler import MISSED_TICKS_LIMIT, runs_here, sync_code_schedules
 from .display import change_url, status_badge, timestamp
 
 #: The fields an operator sets; a schedule of the code has only ``enabled`` of them.
@@ -166,7 +166,7 @@ class WorkflowScheduleAdmin(admin.ModelAdmin):
         )
 
     def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> Any:
-        api.sync_code_schedules()  # the code's schedules are listed before any worker started
+        sync_code_schedules()  # the code's schedules are listed before any worker started
         return super().changelist_view(request, extra_context)
 
     def get_fields(self, request: HttpRequest, obj: Any = None) -> Any:

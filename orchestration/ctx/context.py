@@ -9,7 +9,6 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from django.db import transaction
@@ -19,7 +18,6 @@ from ..api import start_batch, start_workflow
 from ..claim.lease import Lease, RecordedStep
 from ..conf import conf
 from ..errors import (
-    ChildWorkflowFailed,
     ControlFlow,
     DeadlineExceeded,
     EventTimeout,
@@ -48,18 +46,12 @@ from ..validation import (
     validate_step_timeout,
 )
 from ..waits import Wait
+from . import children
+from .children import ChildHandle, inherited_tags
 from .patches import Patches
 from .timeouts import Expired, call_within
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class ChildHandle:
-    """What ``ctx.start_child`` returns; pass a list of them to ``ctx.wait_for``."""
-
-    workflow_id: uuid.UUID
-    workflow_type: str
 
 
 #: A timer due within this many seconds is waited out in place: cheaper than a
@@ -366,29 +358,16 @@ class WorkflowContext:
         name = f"wait for {len(ids)} children"
         number, recorded = self._next(name)
         if recorded is not None and recorded.status == StepStatus.COMPLETED:
-            return self._recorded_outcomes(recorded.output, handles, return_exceptions)
+            return children.recorded_outcomes(recorded.output, return_exceptions)
         run = self._run
         self._wait_started(number, name, recorded, None, None, extra={"children": [str(i) for i in ids]})
         outcomes = run.outcomes_of(ids)
-        errors: dict[int, ChildWorkflowFailed] = {}
-        for n, handle in enumerate(handles):
-            child = outcomes.get(handle.workflow_id)
-            if child is None:
-                status, why = "deleted", "no longer exists: its row was deleted while this workflow waited for it"
-            elif child["status"] in waits.UNSUCCESSFUL:
-                status, why = child["status"], f"{child['status']}: {child['error_message']}"
-            else:
-                continue
-            errors[n] = error = ChildWorkflowFailed(
-                f"Child workflow {handle.workflow_id} ({handle.workflow_type}) {why}",
-                workflow_id=handle.workflow_id,
-                workflow_type=handle.workflow_type,
-                status=status,
-            )
-            if not return_exceptions:
-                waits.end_children_waits(run.id)
-                self._record_step_failure(number, name, error, None)
-                raise error
+        errors = children.failures(handles, outcomes)
+        if errors and not return_exceptions:
+            error = errors[min(errors)]
+            waits.end_children_waits(run.id)
+            self._record_step_failure(number, name, error, None)
+            raise error
         # Counted over ``ids``, not the rows: a child listed twice is two of them.
         done = WorkflowStatus.COMPLETED
         finished = len(errors) + sum(1 for n, i in enumerate(ids) if n not in errors and outcomes[i]["status"] == done)
@@ -400,29 +379,11 @@ class WorkflowContext:
         if errors:  # a failure is recorded as its text, and made an exception again on replay
             recorded_outputs = {
                 "outputs": [None if n in errors else output for n, output in enumerate(outputs)],
-                "errors": {str(n): _failure_record(error) for n, error in errors.items()},
+                "errors": {str(n): children.failure_record(error) for n, error in errors.items()},
             }
         waits.end_children_waits(run.id)
         run.complete_step(number, recorded_outputs)
         self._completed(number, name, recorded_outputs, None)
-        return outputs
-
-    def _recorded_outcomes(self, output: Any, handles: Sequence[ChildHandle], return_exceptions: bool) -> list[Any]:
-        """A completed ``wait_for``'s outcomes as it returned them; a failure recorded
-        there is raised (the first) or, with ``return_exceptions``, in its place."""
-        if not isinstance(output, dict):
-            return list(output)
-        outputs = list(output["outputs"])
-        for n, failure in sorted(output["errors"].items(), key=lambda item: int(item[0])):
-            error = ChildWorkflowFailed(
-                failure["message"],
-                workflow_id=uuid.UUID(failure["workflow_id"]),
-                workflow_type=failure["workflow_type"],
-                status=failure["status"],
-            )
-            if not return_exceptions:
-                raise error
-            outputs[int(n)] = error
         return outputs
 
     # -- helpers ------------------------------------------------------------
@@ -587,30 +548,12 @@ def _in_event_loop() -> bool:
     return True
 
 
-def inherited_tags(parent_id: uuid.UUID, own: Any) -> Any:
-    """A child's tags: its parent's, then its ``own`` (checked by ``start_workflow``)."""
-    parents = Workflow.objects.using(conf.DATABASE).filter(pk=parent_id).values_list("tags", flat=True).first()
-    if own is not None and not isinstance(own, list | tuple):
-        return own  # refused by start_workflow, as given
-    return [*(parents or []), *(own or [])] or None
-
-
 #: What a step that returned an awaitable is told, by where it was given.
 ASYNC_STEP_NEEDS_ASYNC_WORKFLOW = "an async step runs in an `async def` workflow, as `await ctx.step(...)`"
 ATOMIC_STEP_IS_SYNC = (
     "atomic_step runs a plain function inside transaction.atomic() (an async one cannot share it); "
     "use ctx.step for an async body"
 )
-
-
-def _failure_record(error: ChildWorkflowFailed) -> dict[str, Any]:
-    """How a ``wait_for`` with ``return_exceptions`` records a child's failure."""
-    return {
-        "workflow_id": str(error.workflow_id),
-        "workflow_type": error.workflow_type,
-        "status": error.status,
-        "message": str(error),
-    }
 
 
 def _left(moment: datetime.datetime) -> float:

@@ -5,7 +5,7 @@ clear error, with nothing written; the scheduler of every process sees the
 change at its next pass.
 
 Schedules declared in code (``@workflow(schedule=...)``) get a row each from
-``sync_code_schedules``: their expression is the code's, changed by a deploy,
+``scheduler.sync_code_schedules``: their expression is the code's, changed by a deploy,
 and an operator only pauses and resumes them.
 """
 
@@ -24,7 +24,7 @@ from ..conf import conf
 from ..errors import InvalidSchedule, InvalidWorkflowInput, UnknownSchedule
 from ..models import MissedTicks, ScheduleTick, Workflow, WorkflowSchedule
 from .cron import check_expression, ticks_between, zone
-from .scheduler import scheduled_input, scheduled_workflows, start_runs
+from .scheduler import scheduled_input, start_runs, sync_code_schedules
 
 logger = logging.getLogger(__name__)
 
@@ -182,35 +182,3 @@ def backfill(name: str, start: datetime.datetime, end: datetime.datetime) -> tup
     runs = start_runs(row, due) if due else []
     logger.info("schedule %s: backfilled %s ticks from %s to %s", name, len(runs), start, end)
     return runs, len(existing)
-
-
-def sync_code_schedules() -> None:
-    """Give each ``@workflow(schedule=...)`` of this process a row, and its
-    expression to one that has a row: a deploy changes it, an operator's pause
-    holds. A row of the code whose workflow this process registers with no
-    schedule any more is deleted (its ledger of ticks stays). A name an
-    operator's schedule holds already is left to it, and logged."""
-    declared = {definition.name: definition.schedule or "" for definition in scheduled_workflows()}
-    from ..registry import registered_workflows
-
-    rows = WorkflowSchedule.objects.using(conf.DATABASE)
-    with transaction.atomic(using=conf.DATABASE):
-        rows.bulk_create(
-            [
-                WorkflowSchedule(name=name, workflow_type=name, cron=cron, from_code=True)
-                for name, cron in declared.items()
-            ],
-            ignore_conflicts=True,
-        )
-        held = rows.filter(name__in=list(declared)).values_list("name", "cron", "from_code")
-        for name, cron, from_code in held:
-            if not from_code:
-                logger.warning(
-                    "schedule %s: @workflow(schedule=...) declares it, but an operator's schedule has its name; "
-                    "the operator's runs",
-                    name,
-                )
-            elif cron != declared[name]:
-                rows.filter(name=name, from_code=True).update(cron=declared[name], updated_at=Now())
-        undeclared = [name for name in registered_workflows() if name not in declared]
-        rows.filter(from_code=True, workflow_type__in=undeclared).delete()

@@ -123,7 +123,6 @@ class Scheduler:
         and tried again at the next pass; the others go on. A database outage
         is raised: it stops them all."""
         from ..models import WorkflowSchedule
-        from .api import sync_code_schedules
 
         if not self._synced:  # this process's @workflow(schedule=...) get their rows, once
             sync_code_schedules()
@@ -186,3 +185,36 @@ def start_runs(row: Any, due: list[datetime.datetime]) -> list[Any]:
 
     inputs = [scheduled_input(tick) if row.input is None else row.input for tick in due]
     return start_workflows(row.workflow_type, inputs, idempotency_keys=[tick_key(row.name, tick) for tick in due])
+
+
+def sync_code_schedules() -> None:
+    """Give each ``@workflow(schedule=...)`` of this process a row, and its
+    expression to one that has a row: a deploy changes it, an operator's pause
+    holds. A row of the code whose workflow this process registers with no
+    schedule any more is deleted (its ledger of ticks stays). A name an
+    operator's schedule holds already is left to it, and logged."""
+    from ..models import WorkflowSchedule
+
+    declared = {definition.name: definition.schedule or "" for definition in scheduled_workflows()}
+
+    rows = WorkflowSchedule.objects.using(conf.DATABASE)
+    with transaction.atomic(using=conf.DATABASE):
+        rows.bulk_create(
+            [
+                WorkflowSchedule(name=name, workflow_type=name, cron=cron, from_code=True)
+                for name, cron in declared.items()
+            ],
+            ignore_conflicts=True,
+        )
+        held = rows.filter(name__in=list(declared)).values_list("name", "cron", "from_code")
+        for name, cron, from_code in held:
+            if not from_code:
+                logger.warning(
+                    "schedule %s: @workflow(schedule=...) declares it, but an operator's schedule has its name; "
+                    "the operator's runs",
+                    name,
+                )
+            elif cron != declared[name]:
+                rows.filter(name=name, from_code=True).update(cron=declared[name], updated_at=Now())
+        undeclared = [name for name in registered_workflows() if name not in declared]
+        rows.filter(from_code=True, workflow_type__in=undeclared).delete()

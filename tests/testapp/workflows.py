@@ -436,6 +436,8 @@ def tags_its_children(ctx: Any, data: dict[str, Any]) -> Any:
 def reports_in_a_timed_step(ctx: Any, data: Any) -> Any:
     """A step under a time limit runs in a thread of its own: its reports are written from there."""
     return ctx.step("count", report_often, ctx, 3, 0, timeout=10)
+
+
 @workflow("pauses_itself", max_retries=0)
 def pauses_itself(ctx: Any, data: dict[str, int]) -> Any:
     """Three steps; the body of step ``data["at"]`` pauses its own run, as an operator would meanwhile."""

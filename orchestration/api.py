@@ -11,8 +11,9 @@ from __future__ import annotations
 import contextlib
 import datetime
 import json
-from collections.abc import Iterable
-from typing import Any
+import uuid
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar
 
 from django.db import transaction
 
@@ -47,6 +48,8 @@ from .validation import (
     validate_workflow_type,
 )
 from .waits import awaited_event, wake_event_waiter
+
+T = TypeVar("T")
 
 
 def start_workflow(
@@ -138,7 +141,22 @@ def start_workflows(
     return start_batch(workflow_type, inputs, {}, **keys, **options, timeout=timeout)
 
 
-def start_batch(
+def start_batch(workflow_type: str, inputs: Iterable[Any], columns: dict[str, Any], **options: Any) -> list[Workflow]:
+    """``start_workflows`` (``options``: its options), every row also given
+    ``columns``: the engine's."""
+    return _batch(enqueue.insert, workflow_type, inputs, columns, **options)
+
+
+def start_batch_ids(
+    workflow_type: str, inputs: Iterable[Any], columns: dict[str, Any], **options: Any
+) -> list[uuid.UUID]:
+    """``start_batch``, returning only the runs' ids (``enqueue.insert_ids``):
+    ``ctx.start_children`` keeps nothing else of its children."""
+    return _batch(enqueue.insert_ids, workflow_type, inputs, columns, **options)
+
+
+def _batch(
+    insert: Callable[..., list[T]],
     workflow_type: str,
     inputs: Iterable[Any],
     columns: dict[str, Any],
@@ -146,10 +164,8 @@ def start_batch(
     idempotency_keys: Iterable[str | None] | None = None,
     concurrency_keys: Iterable[str | None] | None = None,
     **start_options: Any,
-) -> list[Workflow]:
-    """``start_workflows`` (``start_options``: its shared options), every row
-    also given ``columns``: the engine's (``ctx.start_children`` gives its
-    children their parent)."""
+) -> list[T]:
+    """Check a batch's options, keys and inputs, and ``insert`` its runs in one statement."""
     options = _new_workflow_options(workflow_type, idempotency_key=None, **start_options)
     inputs = list(inputs)
     keys: list[str | None] = [None] * len(inputs) if idempotency_keys is None else list(idempotency_keys)
@@ -170,7 +186,7 @@ def start_batch(
             options["concurrency_key"] = per_row[0]
         per_row = None
     encoded = _inputs_as_json_array(inputs, workflow_type)
-    return enqueue.insert(conf.DATABASE, {**options, **columns}, encoded, keys, per_row)
+    return insert(conf.DATABASE, {**options, **columns}, encoded, keys, per_row)
 
 
 def check_input(workflow_type: str, input_data: Any) -> None:

@@ -14,7 +14,7 @@ from typing import Any
 from django.db import transaction
 
 from .. import clock, waits
-from ..api import start_batch, start_workflow
+from ..api import start_batch_ids, start_workflow
 from ..claim.lease import Lease, RecordedStep
 from ..conf import conf
 from ..errors import (
@@ -337,8 +337,8 @@ class WorkflowContext:
             parent = {"parent_id": run.id, "detached": detached}
             if inherit_tags:
                 options["tags"] = inherited_tags(run.id, options.get("tags"))
-            children = start_batch(workflow_type, inputs, parent, idempotency_keys=keys, **options)
-            return {"workflow_type": workflow_type, "workflow_ids": [str(child.pk) for child in children]}
+            children = start_batch_ids(workflow_type, inputs, parent, idempotency_keys=keys, **options)
+            return {"workflow_type": workflow_type, "workflow_ids": [str(child) for child in children]}
 
         output = run.complete_step_with(number, start_children)
         self._completed(number, name, output, None)

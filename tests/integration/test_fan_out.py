@@ -4,6 +4,7 @@ outcome (``return_exceptions``) or at the first failure."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -63,6 +64,27 @@ def test_start_children__a_replay_gets_the_same_children_back():
     Workflow.objects.filter(pk=parent.pk).update(run_after=None)  # woken early: it replays its steps
     assert drain() == ["waiting"]
     assert children_of(parent) == children
+
+
+def test_start_children__inserts_the_children_in_one_statement_reading_back_only_their_ids_and_keys():
+    parent = batch([{"n": n} for n in range(50)])
+    with CaptureQueriesContext(connection) as queries:
+        assert execute(claims.claim("w", None)[0]) == "waiting"
+    inserts = [query["sql"] for query in queries if "INSERT INTO workflows" in query["sql"]]
+    assert len(inserts) == 1
+    assert re.search(r"RETURNING (.*)", inserts[0]).group(1).strip() == '"id", "idempotency_key"'
+    started = WorkflowStep.objects.get(workflow_id=parent.pk, step_name="start 50 children square")
+    assert started.output_data["workflow_ids"] == [str(child.pk) for child in children_of(parent)]
+
+
+def test_start_children__run_again_after_its_checkpoint_was_lost__gets_the_children_it_inserted():
+    parent, children = waiting_batch(3)
+    WorkflowStep.objects.filter(workflow_id=parent.pk, step_name="start 3 children awaits_approval").delete()
+    Workflow.objects.filter(pk=parent.pk).update(run_after=None)  # woken: it starts its children again
+    assert drain() == ["waiting"]
+    assert children_of(parent) == children
+    started = WorkflowStep.objects.get(workflow_id=parent.pk, step_name="start 3 children awaits_approval")
+    assert started.output_data["workflow_ids"] == [str(child.pk) for child in children]
 
 
 def test_start_children__gives_every_child_the_options():

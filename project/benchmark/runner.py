@@ -373,12 +373,15 @@ class Benchmark:
         parent: list[float] = []
         independent: list[float] = []
         wake_ups: list[float] = []
+        parent_growth: list[float] = []  # the peak only rises: a parent run after the independent ones reads less
         for round_number in range(rounds):
             order = ("parent", "independent") if round_number % 2 == 0 else ("independent", "parent")
             for measured in order:
                 fan_out.reset(self.empty)
                 if measured == "parent":
+                    peak = max(workers.peak_rss_mb(), default=0.0)
                     seconds, woken = fan_out.one_parent(self.empty, count)
+                    parent_growth.append(max(workers.peak_rss_mb(), default=0.0) - peak)
                     parent.append(seconds)
                     wake_ups.append(woken)
                     self.say(f"  one parent of {count} children: {seconds:.2f}s, woken {woken} time(s)")
@@ -407,6 +410,12 @@ class Benchmark:
         )
         self.figures["fan_out_rss"] = Figure(
             "  growth of the workers' peak RSS during the fan-out", growth, "MB", samples=[growth]
+        )
+        self.figures["fan_out_rss_per_child"] = Figure(
+            "  growth of the peak RSS while the parent ran, a child",
+            max(parent_growth) * 1024 / count,
+            "KB",
+            samples=[grown * 1024 / count for grown in parent_growth],
         )
 
     def _checkpoint(self) -> None:

@@ -534,7 +534,9 @@ class Lease:
         status, lease = _workflows().filter(pk=self.id).values_list("status", "lease_token").first() or (None, None)
         if status == WorkflowStatus.CANCELLED:
             raise RunCancelled(f"Workflow {self.id} was cancelled.")
-        if status == WorkflowStatus.PAUSED and lease == self.lease_token:
+        # Running under this lease again: paused when the write ran, resumed since (``resume_held``).
+        # Given back as a pause is, the give-back finds it resumed and releases it to pending.
+        if status in (WorkflowStatus.PAUSED, WorkflowStatus.RUNNING) and lease == self.lease_token:
             raise RunPaused(f"Workflow {self.id} was paused; this worker gives it back at this step boundary.")
         raise LeaseLost(f"Workflow {self.id} is no longer held by this worker (it is {status}).")
 

@@ -26,8 +26,9 @@ pytestmark = [
 ]
 
 STUCK_AFTER = 16.0  # a silent link is given up after 4 s
-#: How much later than the bound the line may come: an idle thread's next poll, the log's flush.
-SLACK = 2.0
+#: How much later than the bound the line may come: idle threads wait for NOTIFY without polling, so the
+#: services thread's next heartbeat or keepalive probe notices, then the log's flush, on a loaded machine.
+SLACK = 4.0
 
 
 @pytest.fixture

@@ -9,6 +9,7 @@ step it had finished.
 
 from __future__ import annotations
 
+import datetime
 import enum
 import json
 import logging
@@ -117,6 +118,18 @@ async def execute_async(
         return cast(Outcome, await on_thread(_ended)(run, ctx, exc, started))
 
 
+#: A deadline this near ``clock.now()`` is checked against a new reading of the database's clock.
+DEADLINE_NEAR = datetime.timedelta(seconds=1)
+
+
+def _deadline_passed(deadline: datetime.datetime) -> bool:
+    """Whether ``deadline`` has passed, on the database's clock. ``clock.now()``
+    may lag it by half a round trip: a run woken at its deadline, which the claim
+    judged passed, reads the clock again rather than run its code once more."""
+    now = clock.now()
+    return now >= deadline or (deadline - now < DEADLINE_NEAR and clock.database_now() >= deadline)
+
+
 def _prepare(
     run: Lease,
     should_release: Callable[[], bool],
@@ -124,7 +137,7 @@ def _prepare(
     sync_calls: async_context.SyncCalls | None = None,
 ) -> tuple[WorkflowDefinition, WorkflowContext, Any]:
     """The run's definition, its ``ctx`` (async ones given ``on_thread``) and its argument."""
-    if run.deadline is not None and clock.now() >= run.deadline:
+    if run.deadline is not None and _deadline_passed(run.deadline):
         raise DeadlineExceeded()
     definition = find_workflow(run.workflow_type)
     if definition is None:

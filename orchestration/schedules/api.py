@@ -94,7 +94,9 @@ def schedule(
         if row is None:
             try:
                 with transaction.atomic(using=conf.DATABASE):
-                    return rows.create(name=name, enabled=enabled, active_since=Now(), **fields)
+                    created = rows.create(name=name, enabled=enabled, active_since=Now(), **fields)
+                # Django < 6 leaves the Now() expression on the instance: read what was stored
+                return rows.get(pk=created.pk)
             except IntegrityError:  # made meanwhile by another call: changed below
                 row = rows.select_for_update().get(name=name)
         if row.from_code:

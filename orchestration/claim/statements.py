@@ -198,16 +198,26 @@ WHERE {_LIMITED_QUEUES}
 
 def _pending_queues(due: str) -> str:
     return f"""pending_queue (name) AS (
-    SELECT min(queue) FROM workflows WHERE status = 'pending'{due} AND %(queues)s::text[] IS NULL
+    SELECT (SELECT queue FROM workflows WHERE status = 'pending'{due} AND %(queues)s::text[] IS NULL
+            ORDER BY queue, concurrency_key IS NULL, -priority::bigint, created_at LIMIT 1)
     UNION ALL
-    SELECT (SELECT min(w.queue) FROM workflows AS w WHERE w.status = 'pending'{due.replace(" run", " w.run")}
-                                                        AND w.queue > p.name)
+    SELECT (SELECT w.queue FROM workflows AS w WHERE w.status = 'pending'{due.replace(" run", " w.run")}
+                                                   AND w.queue > p.name
+            ORDER BY w.queue, w.concurrency_key IS NULL, -w.priority::bigint, w.created_at LIMIT 1)
     FROM pending_queue AS p WHERE p.name IS NOT NULL
 """
 
 
 #: CTE ``pending_queue``: with ``%(queues)s`` NULL (every queue), the queues
 #: with pending runs, one index probe each (and a last NULL).
+#:
+#: Planner: each probe is ``ORDER BY queue LIMIT 1``, not ``min(queue)``: the
+#: planner may answer a ``min()`` by reading a whole index that does not lead
+#: with the queue (an aggregate needs no sort) and, with statistics that say
+#: the table is empty (analysed while it held dead rows only), it did: every
+#: due run of ``idx_workflows_due`` at every claim. An order needs a sort there,
+#: which ``INDEX_PLANS_ONLY`` prices out, so only an index that leads with the
+#: queue can serve it.
 PENDING_QUEUES = _pending_queues("")
 #: ``PENDING_QUEUES`` of the limit-aware claims: the queues with due runs, each
 #: a probe of ``idx_workflows_queue_due``, which holds no run that waits.

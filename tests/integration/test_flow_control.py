@@ -537,10 +537,16 @@ def paused_backlog() -> list[Workflow]:
     return free
 
 
+def queues_probed_by(plan: str) -> list[str]:
+    """The indexes that CTE ``pending_queue`` of ``plan`` (the queues with due runs) reads."""
+    return re.findall(r" using (\w+)", plan.split("CTE pending_queue", 1)[1].split("\n  CTE ", 1)[0])
+
+
 def test_claim_plan__a_paused_queue_with_a_backlog__slows_no_other_queue():
     free = paused_backlog()
     plan = generic_plan(*claims.claim_statement("w", None, [], 4, limited=True))
     assert re.search(r"Update on workflows w_\d+ \(actual time=[\d.]+ rows=3 ", plan), plan
+    assert set(queues_probed_by(plan)) == {"idx_workflows_queue_due"}, plan
     # Each queue's runs are read from its own part of idx_workflows_queue_due: the paused one's not at all.
     runs_read = plan.split("CTE candidate", 1)[1].split("CTE claimed", 1)[0]
     assert buffers(runs_read, "Append") < 50 and "rows=20000" not in plan, plan
@@ -551,6 +557,9 @@ def test_claim_plan__counted__a_paused_queue_with_a_backlog__slows_no_other_queu
     free = paused_backlog()
     plan = generic_plan(*claims.claim_statement("w", None, [], 4, limited=True, keys_or_rates=False))
     assert re.search(r"Update on workflows w_\d+ \(actual time=[\d.]+ rows=3 ", plan), plan
+    # One probe of idx_workflows_queue_due a queue; the statistics say the table is empty, and
+    # min(queue) was once read from the whole of idx_workflows_due, every due run (rows=20003).
+    assert set(queues_probed_by(plan)) == {"idx_workflows_queue_due"}, plan
     # Each queue's runs are read from its own part of idx_workflows_queue_due (room's reads are claimed's too).
     assert buffers(plan, "CTE claimed") - buffers(plan, "CTE room") < 50 and "rows=20000" not in plan, plan
     assert running("fc_free") == len(free)

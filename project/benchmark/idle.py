@@ -27,6 +27,12 @@ from .workers import Workers
 #: starts, their listeners' probes and first claims done; a loaded machine takes a while).
 SETTLE_SECONDS = 10.0
 TRANSACTIONS = "SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = current_database()"
+#: Connections left for the server's other clients while idle processes are measured.
+SPARE_CONNECTIONS = 10
+FREE_CONNECTIONS = (
+    "SELECT current_setting('max_connections')::int - current_setting('superuser_reserved_connections')::int "
+    "- (SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend')"
+)
 CONNECTIONS = (
     "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
     "AND backend_type = 'client backend' AND pid <> pg_backend_pid()"
@@ -46,7 +52,13 @@ def measure_idle(
     figures: list[Figure] = []
     own = database.scalar(CONNECTIONS)  # the benchmark's own (its migrations' connection)
     for count in counts:
-        with Workers(database, count, threads, worker_args, log_dir, f"idle-{count}") as workers:
+        fitting = _threads_that_fit(database, count, threads)
+        if not fitting:
+            say(f"idle {count}: not measured: even {count} x (1 + 1) connections exceed the server's free ones")
+            continue
+        if fitting < threads:
+            say(f"idle {count}: {count} x ({threads} + 1) connections exceed the server's free ones; {fitting} threads")
+        with Workers(database, count, fitting, worker_args, log_dir, f"idle-{count}") as workers:
             _settle(database, own)
             conninfo = database.conninfo()
             meter = CpuMeter([process.pid for process in workers.processes], server_backends(conninfo))
@@ -62,7 +74,7 @@ def measure_idle(
                 elapsed = time.monotonic() - started
                 made = _scalar(conn, TRANSACTIONS) - before - 1 - reads  # less its own reads
             worker_cpu, server_cpu = meter.used()
-        label = f"idle {count} x {threads} threads"
+        label = f"idle {count} x {fitting} threads"
         figures += [
             Figure(f"{label}: connections", most, "connections"),
             Figure(f"{label}: transactions", max(0, made) / elapsed, "tx/s"),
@@ -71,6 +83,14 @@ def measure_idle(
         ]
         say(f"idle {count}: {most} connections, {max(0, made) / elapsed:.2f} tx/s")
     return figures
+
+
+def _threads_that_fit(database: ScratchDatabase, count: int, threads: int) -> int:
+    """The threads each of ``count`` processes may run (``threads`` at most), so
+    that their connections, one a thread and one more each (the sizing rule),
+    fit in the server's free ones less ``SPARE_CONNECTIONS``; 0: not even one."""
+    free = database.scalar(FREE_CONNECTIONS) - SPARE_CONNECTIONS
+    return max(0, min(threads, free // count - 1))
 
 
 def _settle(database: ScratchDatabase, own: int) -> None:

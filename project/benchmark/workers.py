@@ -13,6 +13,11 @@ from pathlib import Path
 
 from .scratch import ScratchDatabase
 
+#: Processes started at a time, each wave once the one before has connected.
+START_WAVE = 5
+#: Seconds a wave may go without one more connection before the start fails.
+START_TIMEOUT = 60.0
+
 
 class Workers:
     """``processes`` real ``runworkers`` processes on a scratch database."""
@@ -39,16 +44,19 @@ class Workers:
 
     def __enter__(self) -> Workers:
         env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": _import_path()}
-        for n in range(self.count):
-            log = open(self.log_dir / f"{self.label}-{n + 1}.log", "ab")
-            self.processes.append(subprocess.Popen(self.command, env=env, stdout=log, stderr=subprocess.STDOUT))
-            log.close()
-        if self.processes:
-            try:
+        try:
+            # In waves of a few at a time: thirty Django processes importing at
+            # once on two cores each take a minute or more to connect.
+            for first in range(0, self.count, START_WAVE):
+                for n in range(first, min(self.count, first + START_WAVE)):
+                    log = open(self.log_dir / f"{self.label}-{n + 1}.log", "ab")
+                    self.processes.append(subprocess.Popen(self.command, env=env, stdout=log, stderr=subprocess.STDOUT))
+                    log.close()
                 self._wait_ready()
-            except BaseException:
-                self.__exit__()  # no process outlives the run
-                raise
+        except BaseException:
+            self.__exit__()  # no process outlives the run
+            raise
+        time.sleep(0.5)  # the listeners have checked that notifications arrive
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -63,15 +71,18 @@ class Workers:
                 process.wait()
 
     def _wait_ready(self) -> None:
-        """Until every thread of every process is connected (and has idled)."""
+        """Until every thread of every process started is connected (and has
+        idled); the deadline moves on while more connect, so a loaded machine
+        only makes it slower."""
         query = "SELECT count(*) FROM pg_stat_activity WHERE datname = %s AND backend_type = 'client backend'"
-        expected = self.count * (self.threads + 1)  # + the background thread
-        deadline = time.monotonic() + 60 + 3 * self.count  # many processes start slowly on a few cores
-        while self.database.scalar(query, [self.database.name]) < expected:
+        expected = len(self.processes) * (self.threads + 1)  # + the background thread
+        seen, deadline = -1, 0.0
+        while (now := self.database.scalar(query, [self.database.name])) < expected:
+            if now > seen:
+                seen, deadline = now, time.monotonic() + START_TIMEOUT
             if any(process.poll() is not None for process in self.processes) or time.monotonic() > deadline:
-                raise RuntimeError(f"runworkers did not start; see {self.log_dir}")
+                raise RuntimeError(f"runworkers did not start ({now} of {expected} connections); see {self.log_dir}")
             time.sleep(0.05)
-        time.sleep(0.5)  # the listeners have checked that notifications arrive
 
     def peak_rss_mb(self) -> list[float]:
         peaks = []

@@ -300,6 +300,12 @@ class Benchmark:
                 (">=", 0.6),
             )  # fmt: skip
             self._percentiles(key, f"  {call}", values, target=("<=", 1.5))
+            # The machine's own tail (the commit's fsync on a shared server) beside ours: 1 is the INSERT's tail.
+            self.figures[f"{key}_tail"] = Figure(
+                f"  {call} p99/p50 over the INSERT's p99/p50",
+                (self.figures[f"{key}_p99"].ratio or 0.0) / (self.figures["single_enqueue_bare_p99"].ratio or 1.0),
+                "x",
+            )
 
     def _percentiles(self, key: str, what: str, ordered: list[float], target: Any = None) -> None:
         """The p50 and p99 of ``ordered`` (seconds) in ms; the p99 beside the p50, as a ratio, against ``target``."""

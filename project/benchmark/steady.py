@@ -8,6 +8,8 @@ A drain claims many runs a round trip and commits many a transaction; here
 each run is claimed, run and completed alone, which is what production
 traffic mostly looks like. A rate is sustained when the producer kept it, every
 run completed and the p99 start latency stayed under ``SUSTAINED_P99_MS``.
+After each rate, a bare INSERT loop at the same rate shows the machine's own
+commit tail at that moment: on a busy shared server the p99 is its first.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from orchestration import start_workflow
 from .cpu import CpuMeter, server_backends
 from .figures import Figure
 from .scratch import ScratchDatabase
+from .starts import BARE_INSERT
 from .workers import Workers
 from .workflows import WORKFLOW_TYPE
 
@@ -34,6 +37,8 @@ from .workflows import WORKFLOW_TYPE
 SUSTAINED_P99_MS = 10.0
 #: A start latency over this is a stall (seconds).
 STALL_SECONDS = 0.5
+#: Seconds of the bare INSERT loop after each rate (at most the rate's own).
+BARE_SECONDS = 10.0
 LATENCIES = (
     "SELECT extract(epoch FROM started_at - created_at)::float8 * 1000 FROM workflows "
     "WHERE status = 'completed' ORDER BY created_at"
@@ -52,6 +57,9 @@ class SteadyRun:
     p99_ms: float
     worst_ms: float
     stalls: int
+    #: A bare INSERT loop's own call times at the same rate, just after (the machine's commit tail).
+    bare_p50_ms: float = 0.0
+    bare_p99_ms: float = 0.0
 
     @property
     def sustained(self) -> bool:
@@ -74,9 +82,11 @@ def measure_steady(
         database.reset()
         with Workers(database, processes, threads, worker_args, log_dir, f"steady-{rate:g}") as workers:
             run = _steady(database, workers, rate, seconds)
+        run.bare_p50_ms, run.bare_p99_ms = _bare_inserts(database, rate, min(seconds, BARE_SECONDS))
         say(
             f"steady {rate:g}/s: {run.achieved:.0f}/s started, {run.completed}/{run.started} completed, "
-            f"p50 {run.p50_ms:.1f} ms, p99 {run.p99_ms:.1f} ms, {run.stalls} stalls"
+            f"p50 {run.p50_ms:.1f} ms, p99 {run.p99_ms:.1f} ms, {run.stalls} stalls; "
+            f"bare INSERT p50 {run.bare_p50_ms:.1f} ms, p99 {run.bare_p99_ms:.1f} ms"
         )
         runs.append(run)
     figures: list[Figure] = []
@@ -91,6 +101,8 @@ def measure_steady(
             Figure(f"{label}: start latency p99", run.p99_ms, "ms", target=("<", SUSTAINED_P99_MS)),
             Figure(f"{label}: worst start latency", run.worst_ms, "ms"),
             Figure(f"{label}: stalls over {STALL_SECONDS:g}s", run.stalls, "starts"),
+            Figure(f"{label}: limit: a bare INSERT's own time p50", run.bare_p50_ms, "ms"),
+            Figure(f"{label}: limit: a bare INSERT's own time p99", run.bare_p99_ms, "ms"),
         ]
     sustained = [run.rate for run in runs if run.sustained]
     figures.append(
@@ -132,3 +144,21 @@ def _steady(database: ScratchDatabase, workers: Workers, rate: float, seconds: f
         worst_ms=latencies[-1] if latencies else 0.0,
         stalls=sum(latency > 1000 * STALL_SECONDS for latency in latencies),
     )
+
+
+def _bare_inserts(database: ScratchDatabase, rate: float, seconds: float) -> tuple[float, float]:
+    """The p50 and p99 (ms) of a bare prepared INSERT's own time (its commit
+    included), one at ``rate`` a second for ``seconds``, no worker running: the
+    tail a start latency cannot go below on this machine at this moment."""
+    times: list[float] = []
+    with psycopg.connect(database.conninfo(), autocommit=True) as conn:
+        begun = time.monotonic()
+        while (now := time.monotonic()) - begun < seconds:
+            due = begun + len(times) / rate
+            if due > now:
+                time.sleep(due - now)
+            began = time.perf_counter()
+            conn.execute(BARE_INSERT, [WORKFLOW_TYPE, '{"steps": 1}'], prepare=True)
+            times.append(1000 * (time.perf_counter() - began))
+    times.sort()
+    return statistics.median(times), times[min(len(times) - 1, int(0.99 * len(times)))]

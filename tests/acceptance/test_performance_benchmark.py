@@ -29,6 +29,7 @@ def test_benchmark__prints_every_figure_as_a_table_and_json_lines_and_drops_its_
         "limit: psycopg loop, 3 transactions a job",
         "enqueue, start_workflow() one at a time",
         "  start_workflow() p99",
+        "  start_workflow() p99/p50 over the INSERT's p99/p50",
         "enqueue, astart_workflow() one at a time",
         "  astart_workflow() p99",
         "limit: psycopg single-row INSERT loop, one connection",

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import datetime
 import enum
+import json
 import uuid
-from collections.abc import Mapping
+from collections.abc import Generator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,7 +25,6 @@ from .claim.wire import run
 from .conf import conf
 from .listen import notify_new_work
 from .models import (
-    FINISHED_STATUSES,
     StepStatus,
     Workflow,
     WorkflowEvent,
@@ -147,20 +147,55 @@ def has_unconsumed_event(workflow_id: uuid.UUID, name: str) -> bool:
     return events.filter(workflow_id=workflow_id, name=name, consumed_by_step__isnull=True).exists()
 
 
-def workflow_outcomes(ids: list[uuid.UUID]) -> dict[uuid.UUID, dict[str, Any]]:
-    rows = _workflows().filter(pk__in=ids).values("id", "workflow_type", "status", "output_data", "error_message")
-    return {row["id"]: row for row in rows}
+def id_array(ids: list[uuid.UUID]) -> str:
+    """``ids`` as PostgreSQL's text form of a uuid array, one parameter: a list
+    of 10,000 UUIDs costs psycopg 1 MB more, and ``pk__in`` a placeholder each
+    (a query text of 10,000 ids, made and kept while it runs)."""
+    return "{" + ",".join([child.hex for child in ids]) + "}"
+
+
+#: Of the awaited children ``%(ids)s`` (a child listed twice counts twice), how
+#: many finished and how many never will complete (failed, cancelled); a child
+#: whose row is gone counts in both.
+AWAITED_TALLY = """
+SELECT count(*) FILTER (WHERE w.id IS NULL OR w.status IN ('completed', 'failed', 'cancelled')),
+       count(*) FILTER (WHERE w.id IS NULL OR w.status IN ('failed', 'cancelled'))
+FROM unnest(%(ids)s::uuid[]) AS i(id) LEFT JOIN workflows AS w ON w.id = i.id
+"""
+
+#: The outcomes of the awaited children ``%(ids)s``, in their order, one row a
+#: listed child: status (NULL: its row is gone), output (as JSON text), error message.
+AWAITED_OUTCOMES = """
+SELECT w.status, w.output_data, w.error_message
+FROM unnest(%(ids)s::uuid[]) WITH ORDINALITY AS i(id, n) LEFT JOIN workflows AS w ON w.id = i.id
+ORDER BY i.n
+"""
+
+
+def awaited_tally(array: str) -> tuple[int, int]:
+    """``AWAITED_TALLY`` of the children ``array`` (``id_array``): finished, and never to complete."""
+    with connections[conf.DATABASE].cursor() as cursor:
+        cursor.execute(AWAITED_TALLY, {"ids": array})
+        finished, unsuccessful = cursor.fetchone()
+    return finished, unsuccessful
+
+
+def awaited_outcomes(array: str) -> Generator[tuple[str | None, Any, str | None]]:
+    """The children ``array``'s (``id_array``) statuses, outputs and errors, in
+    their order (``AWAITED_OUTCOMES``): made a row at a time, so that a caller
+    keeps only what it asked for (and stops at a failure if it wants)."""
+    with connections[conf.DATABASE].cursor() as cursor:
+        cursor.execute(AWAITED_OUTCOMES, {"ids": array})
+        for status, output, error in cursor:
+            yield status, (json.loads(output) if output is not None else None), error
 
 
 def children_settled(ids: list[uuid.UUID], wake_on_failure: bool = True) -> bool:
     """Whether a parent waiting for the children ``ids`` has something to act on:
     every child finished, or (``wake_on_failure``) one never will complete
     (failed, cancelled), or a child's row is gone."""
-    statuses = list(_workflows().filter(pk__in=ids).values_list("status", flat=True))
-    if len(statuses) < len(set(ids)):
-        return True
-    unsuccessful = wake_on_failure and any(status in UNSUCCESSFUL for status in statuses)
-    return unsuccessful or all(status in FINISHED_STATUSES for status in statuses)
+    missing, unfinished, unsuccessful = _awaited_counts(id_array(ids))
+    return bool(missing or not unfinished or (wake_on_failure and unsuccessful))
 
 
 def wake_event_waiter(workflow_id: uuid.UUID, name: str, queue: str) -> None:
@@ -232,12 +267,13 @@ WITH awaited AS MATERIALIZED (
 SELECT unsettled FROM head WHERE slot = -1
 """
 
-#: The awaited children ``%(ids)s`` that exist, that have not finished, and that
-#: failed or were cancelled: one array, where ``pk__in`` binds a parameter a child.
+#: Of the awaited children ``%(ids)s``, each counted once: those whose row is
+#: gone, those that have not finished, and those that failed or were cancelled.
 AWAITED_COUNTS = """
-SELECT count(*), count(*) FILTER (WHERE status NOT IN ('completed', 'failed', 'cancelled')),
-       count(*) FILTER (WHERE status IN ('failed', 'cancelled'))
-FROM workflows WHERE id = ANY(%(ids)s::uuid[])
+SELECT count(DISTINCT i.id) FILTER (WHERE w.id IS NULL),
+       count(DISTINCT i.id) FILTER (WHERE w.status NOT IN ('completed', 'failed', 'cancelled')),
+       count(DISTINCT i.id) FILTER (WHERE w.status IN ('failed', 'cancelled'))
+FROM unnest(%(ids)s::uuid[]) AS i(id) LEFT JOIN workflows AS w ON w.id = i.id
 """
 
 #: The children ``%(children)s`` just ended, in the transaction that ended them
@@ -325,9 +361,7 @@ class ChildrenWait:
         """Mark the unfinished children with a new wait counting them (``ARM``),
         and find whether the wait is settled already. In the transaction that
         suspends the run, before its row is taken (see the races above)."""
-        ids = self.ids
-        # An array as text, as ``enqueue`` sends it: psycopg's list of 10,000 UUIDs costs 1 MB more.
-        array = "{" + ",".join([child.hex for child in ids]) + "}"
+        array = id_array(self.ids)
         params: dict[str, Any] = {
             "wait": uuid.uuid4(),
             "ids": array,
@@ -339,15 +373,10 @@ class ChildrenWait:
             cursor.execute(ARM, params)
             head = cursor.fetchone()
             marked = head[0] if head else 0
-            # A statement of its own: it sees the ends of the children the marking waited for.
-            cursor.execute(AWAITED_COUNTS, {"ids": array})
-            found = dict(zip(("rows", "unfinished", "unsuccessful"), cursor.fetchone(), strict=True))
-        self.foreign = found["unfinished"] > marked
-        self.settled = (
-            found["rows"] < len(set(ids))
-            or not found["unfinished"]
-            or (self.wake_on_failure and found["unsuccessful"] > 0)
-        )
+        # A statement of its own: it sees the ends of the children the marking waited for.
+        missing, unfinished, unsuccessful = _awaited_counts(array)
+        self.foreign = unfinished > marked
+        self.settled = bool(missing or not unfinished or (self.wake_on_failure and unsuccessful))
 
     def ready(self) -> bool:
         """Whether the run has something to act on now: in the suspending
@@ -391,9 +420,11 @@ def children_finished(finished: Mapping[uuid.UUID, uuid.UUID]) -> None:
 def wake_forks(finished: Mapping[uuid.UUID, uuid.UUID]) -> None:
     """Children ended (``{child: its parent}``): each fork of their parents (or
     of a fork of them) that copied the step starting one of them and waits for
-    it becomes due now, to re-check them: a fork shares the children its copied
-    steps started (see ``forks``), and never marks them with a wait of its own.
-    One look-up finding no fork, for most runs.
+    children becomes due now, to re-check its wait: a fork shares the children
+    its copied steps started (see ``forks``), and never marks them with a wait
+    of its own. A wait records no list of children (the step that started them
+    has it), so a fork waiting for others of them is woken too, and waits
+    again. One look-up finding no fork, for most runs.
 
     Each fork is locked first, waiting or not: a fork suspending at this moment
     (``Lease.suspend``, whose ``ready()`` re-reads its shared children once its
@@ -422,10 +453,11 @@ def wake_forks(finished: Mapping[uuid.UUID, uuid.UUID]) -> None:
     }
     if not waiting:
         return
-    awaits = Q()
+    started = Q()  # the checkpoint of a copied step that started one of them (start_child, start_children)
     for child in finished:
-        awaits |= Q(output_data__children__contains=[str(child)])
-    steps = WorkflowStep.objects.using(conf.DATABASE).filter(awaits, status=StepStatus.PENDING)
+        started |= Q(output_data__contains={"workflow_id": str(child)})
+        started |= Q(output_data__contains={"workflow_ids": [str(child)]})
+    steps = WorkflowStep.objects.using(conf.DATABASE).filter(started, status=StepStatus.COMPLETED)
     awaiting = set(steps.filter(workflow_id__in=waiting).values_list("workflow_id", flat=True))
     waiting = {pk: queue for pk, queue in waiting.items() if pk in awaiting}
     if waiting and _workflows().filter(pk__in=waiting).update(run_after=None):
@@ -442,6 +474,13 @@ def forks_of(runs: set[uuid.UUID]) -> set[uuid.UUID]:
         frontier = set(_workflows().filter(forked_from__in=frontier).values_list("pk", flat=True)) - found - runs
         found |= frontier
     return found
+
+
+def _awaited_counts(array: str) -> tuple[int, int, int]:
+    with connections[conf.DATABASE].cursor() as cursor:
+        cursor.execute(AWAITED_COUNTS, {"ids": array})
+        missing, unfinished, unsuccessful = cursor.fetchone()
+    return missing, unfinished, unsuccessful
 
 
 def _workflows() -> Any:

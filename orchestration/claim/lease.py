@@ -29,7 +29,7 @@ import json
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, NoReturn, TypeVar
 
@@ -211,8 +211,19 @@ class Lease:
         return _workflows().filter(pk=self.id).values_list("patches", flat=True).first() or {}
 
     @_through_outages
-    def outcomes_of(self, children: list[uuid.UUID]) -> dict[uuid.UUID, dict[str, Any]]:
-        return waits.workflow_outcomes(children)
+    def tally_of(self, children: str) -> tuple[int, int]:
+        """Of the children ``children`` (``waits.id_array``): finished, and never to complete."""
+        return waits.awaited_tally(children)
+
+    @_through_outages
+    def outcomes_of(self, children: str, collect: Callable[[Iterator[Any]], T]) -> T:
+        """What ``collect`` makes of the children's outcomes (``waits.awaited_outcomes``),
+        as they are read: called again on a fresh read after an outage."""
+        rows = waits.awaited_outcomes(children)
+        try:
+            return collect(rows)
+        finally:
+            rows.close()  # its cursor, when ``collect`` stopped early
 
     # -- steps --------------------------------------------------------------------
 

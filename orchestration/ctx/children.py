@@ -4,14 +4,14 @@ tags they inherit, and the outcomes a ``wait_for`` reads and records."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from .. import waits
 from ..conf import conf
 from ..errors import ChildWorkflowFailed
-from ..models import Workflow
+from ..models import Workflow, WorkflowStatus
 
 
 @dataclass(frozen=True, slots=True)  # no __dict__: a parent may hold 10,000 of them
@@ -30,19 +30,35 @@ def inherited_tags(parent_id: uuid.UUID, own: Any) -> Any:
     return [*(parents or []), *(own or [])] or None
 
 
-def failures(
-    handles: Sequence[ChildHandle], outcomes: dict[uuid.UUID, dict[str, Any]]
-) -> dict[int, ChildWorkflowFailed]:
-    """The children of ``handles`` that failed, were cancelled or deleted, by
-    their place in ``handles``, each as the error ``wait_for`` raises."""
+#: What ``collect`` makes of a settled wait: the outputs in the order of the
+#: handles (None where a child failed), and the failures by their place.
+Collected = tuple[list[Any], dict[int, ChildWorkflowFailed]]
+
+
+def collect(
+    handles: Sequence[ChildHandle], rows: Iterator[tuple[str | None, Any, str | None]], return_exceptions: bool
+) -> Collected | None:
+    """The outcomes ``rows`` (``waits.awaited_outcomes``, one a handle, in
+    order) as ``wait_for`` returns them; without ``return_exceptions``, up to
+    the first child that failed, was cancelled or deleted, which ends it (the
+    rest are not read). None if the wait cannot end after all: a child has not
+    finished (retried since the wait was found settled) and none failed."""
+    outputs: list[Any] = []
     errors: dict[int, ChildWorkflowFailed] = {}
-    for n, handle in enumerate(handles):
-        child = outcomes.get(handle.workflow_id)
-        if child is None:
+    unfinished = False
+    for n, (handle, (status, output, message)) in enumerate(zip(handles, rows, strict=True)):
+        if status == WorkflowStatus.COMPLETED:
+            outputs.append(output)
+            continue
+        if status is None:
             status, why = "deleted", "no longer exists: its row was deleted while this workflow waited for it"
-        elif child["status"] in waits.UNSUCCESSFUL:
-            status, why = child["status"], f"{child['status']}: {child['error_message']}"
-        else:
+        elif status in waits.UNSUCCESSFUL:
+            why = f"{status}: {message}"
+        elif return_exceptions:
+            return None
+        else:  # a failure further on still ends the wait
+            unfinished = True
+            outputs.append(None)
             continue
         errors[n] = ChildWorkflowFailed(
             f"Child workflow {handle.workflow_id} ({handle.workflow_type}) {why}",
@@ -50,7 +66,10 @@ def failures(
             workflow_type=handle.workflow_type,
             status=status,
         )
-    return errors
+        if not return_exceptions:
+            break
+        outputs.append(None)
+    return None if unfinished and not errors else (outputs, errors)
 
 
 def failure_record(error: ChildWorkflowFailed) -> dict[str, Any]:

@@ -29,7 +29,7 @@ from ..errors import (
     StepTimeout,
     Suspend,
 )
-from ..models import StepStatus, Workflow, WorkflowStatus
+from ..models import StepStatus, Workflow
 from ..observability import observe
 from ..outages import is_outage
 from ..terminal import printable
@@ -360,27 +360,29 @@ class WorkflowContext:
         if recorded is not None and recorded.status == StepStatus.COMPLETED:
             return children.recorded_outcomes(recorded.output, return_exceptions)
         run = self._run
-        self._wait_started(number, name, recorded, None, None, extra={"children": [str(i) for i in ids]})
-        outcomes = run.outcomes_of(ids)
-        errors = children.failures(handles, outcomes)
+        self._wait_started(number, name, recorded, None, None)  # the children are in the steps that started them
+        array = waits.id_array(ids)
+        # Counted first: a wait that cannot end yet reads no outcome (10,000 of them, for nothing).
+        finished, unsuccessful = run.tally_of(array)
+        collected = None
+        if finished == len(ids) or (unsuccessful and not return_exceptions):
+            collected = run.outcomes_of(array, lambda rows: children.collect(handles, rows, return_exceptions))
+        if collected is None:
+            wait = waits.ChildrenWait(run.id, number, ids, wake_on_failure=not return_exceptions)
+            raise Suspend(None, Wait.children(finished, len(ids)), ready=wait.ready, arm=wait.arm)
+        outputs, errors = collected
         if errors and not return_exceptions:
-            error = errors[min(errors)]
+            (error,) = errors.values()  # the first, where ``collect`` stopped
             waits.end_children_waits(run.id)
             self._record_step_failure(number, name, error, None)
             raise error
-        # Counted over ``ids``, not the rows: a child listed twice is two of them.
-        done = WorkflowStatus.COMPLETED
-        finished = len(errors) + sum(1 for n, i in enumerate(ids) if n not in errors and outcomes[i]["status"] == done)
-        if finished < len(ids):
-            wait = waits.ChildrenWait(run.id, number, ids, wake_on_failure=not return_exceptions)
-            raise Suspend(None, Wait.children(finished, len(ids)), ready=wait.ready, arm=wait.arm)
-        outputs = [errors.get(n) or outcomes[child_id]["output_data"] for n, child_id in enumerate(ids)]
         recorded_outputs: Any = outputs
         if errors:  # a failure is recorded as its text, and made an exception again on replay
             recorded_outputs = {
-                "outputs": [None if n in errors else output for n, output in enumerate(outputs)],
+                "outputs": outputs,
                 "errors": {str(n): children.failure_record(error) for n, error in errors.items()},
             }
+            outputs = [errors.get(n) or output for n, output in enumerate(outputs)]
         waits.end_children_waits(run.id)
         run.complete_step(number, recorded_outputs)
         self._completed(number, name, recorded_outputs, None)
@@ -419,6 +421,9 @@ class WorkflowContext:
                 f"but this run called {name!r} there. Workflow code must call the same steps in the "
                 "same order on every run; restart the workflow to run it from scratch."
             )
+        if recorded is not None and recorded.status == StepStatus.COMPLETED and recorded.output is not None:
+            # Handed to the caller, never read again: a parent's 10,000 children's ids are not kept twice.
+            self._recorded[number] = recorded._replace(output=None)
         return number, recorded
 
     def _wait_started(
@@ -520,7 +525,8 @@ class WorkflowContext:
         )
 
     def _completed(self, number: int, name: str, output: Any, started: float | None) -> None:
-        self._recorded[number] = RecordedStep(number, name, StepStatus.COMPLETED, output)
+        # Without its output, which is the caller's and never read here again (see ``_next``).
+        self._recorded[number] = RecordedStep(number, name, StepStatus.COMPLETED, None)
         # DEBUG: a line a step is most of a short workflow's logging, and the step's row says the same.
         logger.debug(
             'workflow %s (%s) step %d "%s" completed in %.3fs',

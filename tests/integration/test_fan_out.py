@@ -5,6 +5,7 @@ outcome (``return_exceptions``) or at the first failure."""
 from __future__ import annotations
 
 import re
+import tracemalloc
 from typing import Any
 
 import pytest
@@ -66,13 +67,14 @@ def test_start_children__a_replay_gets_the_same_children_back():
     assert children_of(parent) == children
 
 
-def test_start_children__inserts_the_children_in_one_statement_reading_back_only_their_ids_and_keys():
+def test_start_children__inserts_the_children_in_one_statement_reading_back_only_how_many_are_new():
     parent = batch([{"n": n} for n in range(50)])
     with CaptureQueriesContext(connection) as queries:
         assert execute(claims.claim("w", None)[0]) == "waiting"
     inserts = [query["sql"] for query in queries if "INSERT INTO workflows" in query["sql"]]
     assert len(inserts) == 1
-    assert re.search(r"RETURNING (.*)", inserts[0]).group(1).strip() == '"id", "idempotency_key"'
+    read_back = re.search(r"\)\s*(SELECT .*)$", inserts[0].strip()).group(1)
+    assert read_back == "SELECT count(*) FROM new LEFT JOIN wake ON true"
     started = WorkflowStep.objects.get(workflow_id=parent.pk, step_name="start 50 children square")
     assert started.output_data["workflow_ids"] == [str(child.pk) for child in children_of(parent)]
 
@@ -114,6 +116,14 @@ def test_wait_for__a_failed_child_wakes_its_parent_at_once_and_fails_it():
     assert drain() == ["failed"]
     parent.refresh_from_db()
     assert f"ChildWorkflowFailed: Child workflow {first.pk} (awaits_approval) cancelled" in parent.error_message
+
+
+def test_wait_for__a_failed_child_fails_its_parent_while_the_children_listed_before_it_still_run():
+    parent, (_, _, last) = waiting_batch(3)
+    cancel_workflow(last, "not needed")
+    assert drain() == ["failed"]
+    parent.refresh_from_db()
+    assert f"ChildWorkflowFailed: Child workflow {last.pk} (awaits_approval) cancelled" in parent.error_message
 
 
 def test_wait_for__return_exceptions__waits_for_every_child_and_returns_failures_in_their_place():
@@ -159,3 +169,53 @@ def test_async_wait_for__return_exceptions__returns_failures_in_their_place():
     drain()
     parent.refresh_from_db()
     assert (parent.status, parent.output_data) == ("completed", [4, {"failed": "failed"}])
+
+
+def test_wait_for__a_wait_records_no_list_of_its_children__the_step_that_started_them_has_it():
+    parent, _ = waiting_batch(3)
+    wait = WorkflowStep.objects.get(workflow_id=parent.pk, step_name="wait for 3 children")
+    assert (wait.status, wait.output_data) == ("pending", {})
+
+
+def test_wait_for__a_wait_recorded_with_its_list_of_children__as_the_previous_release_did__still_ends():
+    parent, children = waiting_batch(2)
+    old_shape = {"children": [str(child.pk) for child in children]}
+    WorkflowStep.objects.filter(workflow_id=parent.pk, step_name="wait for 2 children").update(output_data=old_shape)
+    approve(children[0], "a")
+    approve(children[1], "b")
+    assert drain() == ["completed", "completed", "completed"]
+    parent.refresh_from_db()
+    assert (parent.status, parent.output_data) == ("completed", [{"decision": "a"}, {"decision": "b"}])
+    assert claims_of(parent) == 2
+
+
+def peak_bytes(action: Any) -> int:
+    """The most memory Python allocated at once while ``action`` ran, over what it held before."""
+    tracemalloc.start()
+    try:
+        held, _ = tracemalloc.get_traced_memory()
+        action()
+        return tracemalloc.get_traced_memory()[1] - held
+    finally:
+        tracemalloc.stop()
+
+
+def parent_peaks(children: int) -> tuple[int, int]:
+    """The peak memory of the run of a parent of ``children`` children that
+    starts them and waits, then of its wake-up once they completed (each
+    output a small int: what the parent asked for is a list of ``children`` references)."""
+    parent = batch([0] * children)
+    first = peak_bytes(lambda: execute(claims.claim("w", None)[0]))
+    Workflow.objects.filter(parent=parent).update(status="completed", output_data=1)
+    Workflow.objects.filter(pk=parent.pk).update(run_after=None)
+    woken = peak_bytes(lambda: execute(claims.claim("w", None)[0]))
+    assert Workflow.objects.get(pk=parent.pk).output_data == [1] * children
+    return first, woken
+
+
+def test_wait_for__a_parent_of_many_children_holds_a_few_hundred_bytes_a_child_beyond_its_outcomes():
+    parent_peaks(10)  # imports and caches, out of the figures
+    (first_few, woken_few), (first_many, woken_many) = parent_peaks(200), parent_peaks(2_200)
+    # Its handles (about 160 bytes each), the ids sent to the database and the list of outputs; no copy of the outcomes.
+    assert (first_many - first_few) / 2_000 < 700
+    assert (woken_many - woken_few) / 2_000 < 450

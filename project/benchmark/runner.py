@@ -372,29 +372,49 @@ class Benchmark:
         """One parent of ``fan_out`` one-step children, then as many independent
         one-step runs, on the "empty" database's workers, ``repeat`` times in
         alternating order: the seconds of each, their ratio (paired by round),
-        the parent's wake-ups, and how much the workers' peak memory grew."""
+        the parent's wake-ups, and how much the workers' peak memory grew.
+
+        The workers' peak while the parent ran is mostly not the parent's: the
+        same threads run its children meanwhile. So each round's peak is also
+        read from the round's start (``restart_peaks``), and the parent's own
+        growth is its round's less the independent runs' round's (the same
+        children's work, with no parent)."""
         count, rounds = self.options.fan_out, self.options.repeat
         fan_out.prepare(self.empty)
-        peak_before = max(workers.peak_rss_mb(), default=0.0)
+        peak_before = lifetime_peak = max(workers.peak_rss_mb(), default=0.0)
         parent: list[float] = []
         independent: list[float] = []
         wake_ups: list[float] = []
         parent_growth: list[float] = []  # the peak only rises: a parent run after the independent ones reads less
+        grown_in_round: dict[str, list[float]] = {"parent": [], "independent": []}  # from the round's start
         for round_number in range(rounds):
             order = ("parent", "independent") if round_number % 2 == 0 else ("independent", "parent")
             for measured in order:
                 fan_out.reset(self.empty)
+                lifetime_peak = max([lifetime_peak, *workers.restart_peaks()])
+                start = max(workers.rss_mb(), default=0.0)
                 if measured == "parent":
-                    peak = max(workers.peak_rss_mb(), default=0.0)
                     seconds, woken = fan_out.one_parent(self.empty, count)
-                    parent_growth.append(max(workers.peak_rss_mb(), default=0.0) - peak)
                     parent.append(seconds)
                     wake_ups.append(woken)
                     self.say(f"  one parent of {count} children: {seconds:.2f}s, woken {woken} time(s)")
                 else:
                     independent.append(fan_out.independent_runs(self.empty, count))
                     self.say(f"  {count} independent one-step runs: {independent[-1]:.2f}s")
-        growth = max(workers.peak_rss_mb(), default=0.0) - peak_before
+                peak = max(workers.peak_rss_mb(), default=0.0)
+                grown_in_round[measured].append(peak - start)
+                if measured == "parent":
+                    parent_growth.append(max(peak - lifetime_peak, 0.0))
+                lifetime_peak = max(lifetime_peak, peak)
+        growth = lifetime_peak - peak_before
+        paired = zip(grown_in_round["parent"], grown_in_round["independent"], strict=True)
+        own = [(grown - alone) * 1024 / count for grown, alone in paired]
+        self.say(
+            "  peak RSS growth from each round's start (MB): parent "
+            + ", ".join(f"{grown:.1f}" for grown in grown_in_round["parent"])
+            + "; independent "
+            + ", ".join(f"{grown:.1f}" for grown in grown_in_round["independent"])
+        )
         one = f"one parent of {count} one-step children (ctx.start_children, ctx.wait_for)"
         self.figures["fan_out_independent"] = Figure(
             f"{count} independent one-step runs (start_workflows)",
@@ -422,6 +442,12 @@ class Benchmark:
             max(parent_growth) * 1024 / count,
             "KB",
             samples=[grown * 1024 / count for grown in parent_growth],
+        )
+        self.figures["fan_out_rss_parent_own"] = Figure(
+            "  the parent's own: its round's peak RSS growth less the independent runs', a child",
+            statistics.median(own),
+            "KB",
+            samples=own,
         )
 
     def _checkpoint(self) -> None:

@@ -85,13 +85,31 @@ class Workers:
             time.sleep(0.05)
 
     def peak_rss_mb(self) -> list[float]:
-        peaks = []
+        return self._status_mb("VmHWM:")
+
+    def rss_mb(self) -> list[float]:
+        return self._status_mb("VmRSS:")
+
+    def restart_peaks(self) -> list[float]:
+        """Make each process's peak RSS its RSS now (Linux's ``clear_refs``), so
+        that the next reading of the peak is that of what ran since; returns the
+        peaks before (what ``peak_rss_mb`` read). A peak that cannot be restarted
+        (not Linux, not allowed) is left: the next reading is then a peak of
+        the whole life, as before."""
+        before = self.peak_rss_mb()
+        for process in self.processes:
+            with contextlib.suppress(OSError):
+                Path(f"/proc/{process.pid}/clear_refs").write_text("5")
+        return before
+
+    def _status_mb(self, field: str) -> list[float]:
+        values = []
         for process in self.processes:
             with contextlib.suppress(OSError):
                 status = Path(f"/proc/{process.pid}/status").read_text()
-                kilobytes = next(int(line.split()[1]) for line in status.splitlines() if line.startswith("VmHWM:"))
-                peaks.append(kilobytes / 1024)
-        return peaks
+                kilobytes = next(int(line.split()[1]) for line in status.splitlines() if line.startswith(field))
+                values.append(kilobytes / 1024)
+        return values
 
 
 def _import_path() -> str:

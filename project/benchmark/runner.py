@@ -375,13 +375,17 @@ class Benchmark:
         the parent's wake-ups, and how much the workers' peak memory grew.
 
         The workers' peak while the parent ran is mostly not the parent's: the
-        same threads run its children meanwhile. So each round's peak is also
-        read from the round's start (``restart_peaks``), and the parent's own
-        growth is its round's less the independent runs' round's (the same
-        children's work, with no parent)."""
+        same threads run its children meanwhile. So the workers first run N
+        independent runs, unmeasured (the memory that running N runs takes is
+        then theirs already, as in any worker that has run a while), each
+        round's peak is read from the round's start (``restart_peaks``), and
+        the parent's own growth is its round's less the independent runs'."""
         count, rounds = self.options.fan_out, self.options.repeat
         fan_out.prepare(self.empty)
-        peak_before = lifetime_peak = max(workers.peak_rss_mb(), default=0.0)
+        peak_before = max(workers.peak_rss_mb(), default=0.0)
+        fan_out.reset(self.empty)
+        fan_out.independent_runs(self.empty, count)
+        lifetime_peak = max(workers.peak_rss_mb(), default=0.0)
         parent: list[float] = []
         independent: list[float] = []
         wake_ups: list[float] = []

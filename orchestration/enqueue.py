@@ -20,14 +20,14 @@ from operator import attrgetter
 from typing import Any, NamedTuple
 
 from django.db import connections, transaction
-from django.db.models import NOT_PROVIDED, Value
+from django.db.models import NOT_PROVIDED, Q, Value
 from django.db.models.base import ModelState
 from django.db.models.signals import post_init, pre_init
 
 from .claim.wire import run
 from .errors import InvalidWorkflowInput, OrchestrationError
 from .listen import NOTIFY_CHANNEL
-from .models import ACTIVE_STATUSES, KeyScope, Workflow
+from .models import KEY_HOLDING_STATUSES, KeyScope, Workflow
 
 #: The columns the insert gives each row its own value of (and ``concurrency_key``
 #: when the runs of one insert have different ones): the key goes to
@@ -55,7 +55,11 @@ KEY_COLUMNS: dict[str | None, str] = {
 #: unique indexes of ``Workflow.Meta``): the key's first run ever, its active
 #: run, or its run not yet claimed (which takes the start's input, and the
 #: concurrency key given or made of it) answers instead of a new run. The last
-#: two are race-free: the index decides, not a read.
+#: two are race-free: the index decides, not a read. A paused run holds its key
+#: too: the indexes' predicates have ``paused`` (migration 0033), and the
+#: predicates here, narrower, still name them as arbiters (PostgreSQL infers an
+#: index whose predicate follows from the clause's), as they did the indexes
+#: before 0033: the same statement serves both sides of the upgrade.
 KEY_CONFLICTS: dict[str | None, str] = {
     None: "(idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING",
     KeyScope.ACTIVE: "(scoped_key) WHERE key_scope = 'active' AND status IN ('pending', 'running') DO NOTHING",
@@ -200,7 +204,8 @@ def _holders(alias: str, keys: set[str | None], scope: str | None, ids_only: boo
     if scope is None:
         holders = Workflow.objects.using(alias).filter(idempotency_key__in=keys)
     else:
-        holders = Workflow.objects.using(alias).filter(scoped_key__in=keys, key_scope=scope, status__in=ACTIVE_STATUSES)
+        holding = Q(scoped_key__in=keys, key_scope=scope, status__in=KEY_HOLDING_STATUSES)
+        holders = Workflow.objects.using(alias).filter(holding)
     if ids_only:
         return [_Started(*row) for row in holders.values_list("pk", KEY_COLUMNS[scope], "workflow_type")]
     return holders

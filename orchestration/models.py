@@ -40,11 +40,17 @@ class StepStatus(models.TextChoices):
 class KeyScope(models.TextChoices):
     """How long a run's ``idempotency_key`` keeps other starts of it from making a run."""
 
-    ACTIVE = "active"  # while the run is pending or running (unique_while_active)
-    DEBOUNCE = "debounce"  # until the run is first claimed (debounce)
+    ACTIVE = "active"  # while the run is pending, running or paused (unique_while_active)
+    DEBOUNCE = "debounce"  # until the run is first claimed (debounce), paused or not
 
 
 ACTIVE_STATUSES = (WorkflowStatus.PENDING, WorkflowStatus.RUNNING)
+
+#: The statuses in which a run holds a key unique while active: a paused run is
+#: still active (resumed, it goes on), so a start of its key returns it.
+KEY_HOLDING_STATUSES = (*ACTIVE_STATUSES, WorkflowStatus.PAUSED)
+#: The statuses of a run not yet claimed (with ``started_at`` NULL) that holds its debounced key.
+UNCLAIMED_STATUSES = (WorkflowStatus.PENDING, WorkflowStatus.PAUSED)
 
 FINISHED_STATUSES = (
     WorkflowStatus.COMPLETED,
@@ -214,16 +220,16 @@ class Workflow(models.Model):
                 condition=Q(idempotency_key__isnull=False),
             ),
             # The arbiters of ON CONFLICT in enqueue.KEY_CONFLICTS: a key's one active
-            # run, and its one run not yet claimed.
+            # run (paused too), and its one run not yet claimed (paused too).
             models.UniqueConstraint(
                 fields=["scoped_key"],
                 name="uniq_workflows_active_key",
-                condition=Q(key_scope=KeyScope.ACTIVE, status__in=ACTIVE_STATUSES),
+                condition=Q(key_scope=KeyScope.ACTIVE, status__in=KEY_HOLDING_STATUSES),
             ),
             models.UniqueConstraint(
                 fields=["scoped_key"],
                 name="uniq_workflows_debounce_key",
-                condition=Q(key_scope=KeyScope.DEBOUNCE, status=WorkflowStatus.PENDING, started_at__isnull=True),
+                condition=Q(key_scope=KeyScope.DEBOUNCE, status__in=UNCLAIMED_STATUSES, started_at__isnull=True),
             ),
             models.CheckConstraint(condition=Q(max_retries__gte=0), name="workflows_max_retries_gte_0"),
         ]

@@ -12,6 +12,8 @@ from orchestration import (
     InvalidWorkflowInput,
     cancel_workflow,
     clock,
+    pause_workflow,
+    resume_workflow,
     retry_workflow,
     start_workflow,
 )
@@ -52,6 +54,29 @@ def test_unique_while_active__retrying_a_run_while_another_of_its_key_is_active_
     with pytest.raises(InvalidTransition, match="another run of its idempotency key"):
         retry_workflow(first)
     assert Workflow.objects.get(pk=first.pk).status == "cancelled"
+
+
+def test_unique_while_active__a_paused_run_holds_its_key_and_a_start_returns_it():
+    paused = pause_workflow(start_workflow("echo", {"n": 1}, idempotency_key="report-7", unique_while_active=True))
+    again = start_workflow("echo", {"n": 2}, idempotency_key="report-7", unique_while_active=True)
+    assert (again.pk, again.status, again.input_data) == (paused.pk, "paused", {"n": 1})
+    assert Workflow.objects.count() == 1
+    assert resume_workflow(paused).status == "pending"  # nothing of its key stands in its way
+
+
+def test_idempotency_key__a_paused_run_holds_its_key_for_ever_as_any_run_does():
+    paused = pause_workflow(start_workflow("echo", {"n": 1}, idempotency_key="order-7"))
+    assert start_workflow("echo", {"n": 2}, idempotency_key="order-7").pk == paused.pk
+    assert Workflow.objects.count() == 1
+
+
+def test_debounce__a_paused_run_not_yet_claimed_holds_its_key_and_takes_the_latest_input():
+    paused = pause_workflow(start_workflow("echo", {"n": 1}, idempotency_key="reindex", debounce=30))
+    again = start_workflow("echo", {"n": 2}, idempotency_key="reindex", debounce=30)
+    assert again.pk == paused.pk
+    row = Workflow.objects.get()
+    assert (row.status, row.input_data) == ("paused", {"n": 2})
+    assert resume_workflow(paused).status == "pending"
 
 
 def test_decorated_workflow__start_takes_the_same_options():

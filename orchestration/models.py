@@ -158,6 +158,8 @@ class Workflow(models.Model):
     # need ``django.contrib.postgres`` installed. ``tags__contains`` is read
     # through idx_workflows_tags, made by migration 0028 in SQL (a GIN index
     # of tagged runs only: ``tags @> ...`` implies NOT NULL, so it is used).
+    # Each tag is also a row of ``WorkflowTag``, kept by a trigger, which lists
+    # a tag's runs newest first (``tagged_q``).
     tags = models.JSONField(null=True, blank=True)
 
     class Meta:
@@ -256,6 +258,44 @@ class Workflow(models.Model):
     ) -> Any:
         """Await this run's output: ``orchestration.aget_result(self, timeout, on_progress=...)``."""
         return await results.aget_result(self, timeout, on_progress=on_progress)
+
+
+def tagged_q(tag: str) -> Q:
+    """The runs tagged ``tag``, read newest first through ``workflow_tags``: joined
+    on the run's id and creation time, so that PostgreSQL takes the side table's
+    order for the list's (``-created_at, -pk``) and reads only the rows shown.
+    ``tags__contains`` finds the same runs, but through a GIN index, which gives
+    no order: every tagged run read, then sorted."""
+    return Q(tag_rows__tag=tag, tag_rows__created_at=models.F("created_at"))
+
+
+class WorkflowTag(models.Model):
+    """One tag of one run (``workflows.tags``), kept by the triggers of migration
+    0034 on every insert, change of ``tags`` or ``created_at``, and delete of a
+    tagged run, however it is written (``start_workflow``, plain SQL, the
+    purge); an untagged run costs them only their WHEN test. Its primary key,
+    ``(tag, created_at, workflow_id)``, is the one index: a tag's runs in the
+    order the admin lists them."""
+
+    pk = models.CompositePrimaryKey("tag", "created_at", "workflow")
+    tag = models.TextField()
+    created_at = models.DateTimeField()
+    # No constraint: the delete trigger removes a run's rows, and a foreign key
+    # would cost every delete of a run a look-up in this table.
+    workflow = models.ForeignKey(
+        Workflow,
+        on_delete=models.DO_NOTHING,
+        related_name="tag_rows",
+        db_column="workflow_id",
+        db_constraint=False,
+        db_index=False,
+    )
+
+    class Meta:
+        db_table = "workflow_tags"
+
+    def __str__(self) -> str:
+        return f"{self.tag}: {self.workflow_id}"
 
 
 class WorkflowWorker(models.Model):

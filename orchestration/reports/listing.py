@@ -7,7 +7,7 @@ index of ``workflows`` however many finished rows the table keeps.
 - why pending: the pending rows (``waits.pending_q``);
 - created since: ``idx_workflows_created``; parent: ``idx_workflows_parent``;
 - held by a worker: the running rows (``idx_workflows_running``);
-- tag: ``idx_workflows_tags`` (GIN, ``tags @>``), and the newest of its runs sorted;
+- tag: ``workflow_tags``'s primary key (tag, created_at, workflow_id), newest first (``tagged_q``);
 - search: the primary key (an id or its first characters), the end of an id
   (``idx_workflows_id_tail``), the type index (an exact type, or the types
   whose names contain the term, read from the registry and a loose index scan),
@@ -31,7 +31,7 @@ from django.utils import timezone
 
 from .. import worker_rows
 from ..conf import conf
-from ..models import Workflow, WorkflowStatus, WorkflowWorker
+from ..models import Workflow, WorkflowStatus, WorkflowWorker, tagged_q
 from ..registry import registered_workflows
 from ..validation import dumps_for_display
 from ..waits import PendingReason, WaitKind, pending_q, pending_reason
@@ -180,7 +180,7 @@ class Filters:
         if self.worker is not None:
             condition &= held_by_q(self.worker)
         if self.tag is not None:
-            condition &= Q(tags__contains=[self.tag])
+            condition &= tagged_q(self.tag)
         if self.search:
             condition &= search_q(self.search)
         return condition

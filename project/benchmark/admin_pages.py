@@ -239,7 +239,7 @@ class AdminBenchmark:
         database.execute(WORKERS)
         database.execute(LONG_RUN, {"steps": opts.long_run})
         database.execute(PARENT, {"children": opts.children})
-        database.execute("VACUUM (ANALYZE) workflows, workflow_steps, workflow_workers")
+        database.execute("VACUUM (ANALYZE) workflows, workflow_steps, workflow_workers, workflow_tags")
         self.facts["load_seconds"] = round(time.monotonic() - started)
         self.facts["steps"] = database.scalar("SELECT reltuples::bigint FROM pg_class WHERE relname = 'workflow_steps'")
         self.facts["size"] = database.scalar("SELECT pg_size_pretty(pg_database_size(current_database()))")

@@ -1,4 +1,4 @@
-"""``manage.py workflows list|show|workers|retry|restart|cancel|send-event|pause|resume|health``:
+"""``manage.py workflows list|show|workers|retry|restart|cancel|send-event|pause|resume|schedules|health``:
 the operator's console from a shell, each verb with ``--json``.
 
 A shell over ``orchestration.reports.listing`` (the admin list's filters and search)
@@ -9,7 +9,9 @@ its state (the message says why); 1 anything else (a statement timeout, say).
 ``health`` exits 0 when every check passes, 1 otherwise
 (``orchestration.health``). ``pause`` and ``resume`` pause and resume runs
 given by their whole ids; given one queue's name instead, they are
-``workflow_queues pause|resume``.
+``workflow_queues pause|resume``. ``schedules list|pause|resume|run-now``
+lists the cron schedules (``orchestration.reports.schedules``) and changes
+them by name (``orchestration.schedules.api``); 3 for an unknown name.
 """
 
 from __future__ import annotations
@@ -29,13 +31,21 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from orchestration import api, health, moments
-from orchestration.errors import InvalidTransition, InvalidWorkflowInput
+from orchestration.errors import (
+    InvalidSchedule,
+    InvalidTransition,
+    InvalidWorkflowInput,
+    UnknownSchedule,
+    UnknownWorkflowType,
+)
 from orchestration.management.arguments import POSITIVE_SECONDS, USAGE, Bounded
 from orchestration.management.commands import workflow_queues
 from orchestration.management.json_errors import JsonErrors, already_reported
 from orchestration.management.outage import ReportsOutages
 from orchestration.models import Workflow
 from orchestration.reports import listing, stats, step_window
+from orchestration.reports.schedules import rows as schedule_rows
+from orchestration.schedules import api as schedule_api
 from orchestration.terminal import printable
 from orchestration.validation import dumps_for_display
 from orchestration.waits import Wait
@@ -48,6 +58,9 @@ RUN_PAUSE_HELP = {
     "step boundary, its completed steps kept.",
     "resume": "Resume paused workflows: they go on after their last completed step.",
 }
+
+#: What ``schedules`` does: list them, or change the ones named.
+SCHEDULE_ACTIONS = ("list", "pause", "resume", "run-now")
 
 #: Seconds a read may take before PostgreSQL cancels it (``--timeout``).
 READ_TIME_LIMIT = 30.0
@@ -77,7 +90,9 @@ def _steps(value: str) -> tuple[int, int | None]:
 
 
 class Command(JsonErrors, ReportsOutages):
-    help = "Watch and repair workflows: list, show, workers, retry, restart, cancel, send-event, pause, resume."
+    help = (
+        "Watch and repair workflows: list, show, workers, retry, restart, cancel, send-event, pause, resume; schedules."
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
         verbs = parser.add_subparsers(dest="verb", required=True, metavar="VERB", parser_class=type(parser))
@@ -132,6 +147,9 @@ class Command(JsonErrors, ReportsOutages):
             verb(action, f"{said} (workflow_queues {action}).").add_argument(
                 "targets", nargs="+", metavar="ID|QUEUE", help="whole workflow ids, or one queue's name"
             )
+        schedules = verb("schedules", "The cron schedules: list them, pause, resume or start one now.")
+        schedules.add_argument("action", choices=SCHEDULE_ACTIONS, help=", ".join(SCHEDULE_ACTIONS))
+        schedules.add_argument("names", nargs="*", metavar="NAME", help="the schedules (not for list)")
         said = (
             "Check the database, the migrations and, when asked, a worker; one line a check. Exit status 0 "
             "when all pass, 1 otherwise: for a supervisor's probe."
@@ -347,6 +365,66 @@ class Command(JsonErrors, ReportsOutages):
             said += f"; the run is not waiting for it, and keeps it until it waits for {event.name!r}"
             said += f" (it waits for {event.waiting_for!r} now)" if event.waiting_for else ""
         self.stdout.write(said)
+        return None
+
+    def _schedules(self, options: dict[str, Any]) -> Any:
+        action, names = options["action"], options["names"]
+        if action == "list":
+            if names:
+                raise CommandError("schedules list takes no names.", returncode=BAD_ARGUMENT)
+            return self._schedule_list(options)
+        if not names:
+            raise CommandError(f"schedules {action} needs the names of schedules.", returncode=BAD_ARGUMENT)
+        change = {"pause": schedule_api.pause_schedule, "resume": schedule_api.resume_schedule}.get(action)
+        results, worst = [], 0
+        for name in names:
+            try:
+                if change is not None:
+                    row = change(name)
+                    results.append({"name": name, "ok": True, "enabled": row.enabled})
+                else:
+                    run = schedule_api.run_now(name)
+                    results.append({"name": name, "ok": True, "workflow_id": str(run.pk)})
+            except UnknownSchedule as exc:
+                results.append({"name": name, "ok": False, "error": str(exc)})
+                worst = max(worst, NOT_FOUND)
+            except (InvalidSchedule, InvalidWorkflowInput, UnknownWorkflowType) as exc:
+                results.append({"name": name, "ok": False, "error": str(exc)})
+                worst = max(worst, REFUSED)
+        done = {"pause": "paused", "resume": "resumed", "run-now": "started a run"}[action]
+        if options["json"]:
+            self.stdout.write(json.dumps(results, indent=2))
+        else:
+            for result in results:
+                if not result["ok"]:
+                    self.stderr.write(result["error"])
+                else:
+                    started = f" {result['workflow_id']}" if "workflow_id" in result else ""
+                    self.stdout.write(f"{printable(result['name'])}: {done}{started}")
+        if worst:
+            failed = sum(1 for result in results if not result["ok"])
+            error = CommandError(f"{failed} of {len(results)} schedule(s) not {done}.", returncode=worst)
+            raise already_reported(error) if options["json"] else error
+        return None
+
+    def _schedule_list(self, options: dict[str, Any]) -> Any:
+        with stats.time_limit(options["timeout"]):
+            found = schedule_rows(timezone.now())
+        if options["json"]:
+            return found
+        table = [
+            (
+                *(printable(row["name"]), printable(row["workflow_type"]), printable(row["cron"])),
+                printable(row["timezone"]),
+                "enabled" if row["enabled"] else "paused",
+                "code" if row["from_code"] else "operator",
+                _moment(row["next_tick"]) if isinstance(row["next_tick"], datetime.datetime) else "-",
+                f"{str(row['last_run'])[-8:]} {_moment(row['last_started_at'])}" if row["last_run"] else "-",
+            )
+            for row in found
+        ]
+        heading = ("name", "type", "cron", "time zone", "state", "from", "next tick", "last run")
+        self._table(heading, table, "no schedule")
         return None
 
     def _pause(self, options: dict[str, Any]) -> Any:

@@ -261,12 +261,19 @@ class Workflow(models.Model):
 
 
 def tagged_q(tag: str) -> Q:
-    """The runs tagged ``tag``, read newest first through ``workflow_tags``: joined
-    on the run's id and creation time, so that PostgreSQL takes the side table's
-    order for the list's (``-created_at, -pk``) and reads only the rows shown.
-    ``tags__contains`` finds the same runs, but through a GIN index, which gives
-    no order: every tagged run read, then sorted."""
-    return Q(tag_rows__tag=tag, tag_rows__created_at=models.F("created_at"))
+    """The runs tagged ``tag``, through their rows of ``workflow_tags``. Ordered by
+    ``TAGGED_NEWEST_FIRST``, a page of them is read in order from that table's
+    primary key, however many runs the tag has. ``tags__contains`` finds the
+    same runs through a GIN index, which gives no order: every run it finds is
+    read, then sorted."""
+    return Q(tag_rows__tag=tag)
+
+
+#: Newest first (``-created_at, -pk``) as ``workflow_tags`` holds it: the order a
+#: list filtered by ``tagged_q`` takes so that its rows come in its primary key's
+#: order. (Joined on created_at as well, for the list's own order, PostgreSQL
+#: would count each condition's selectivity, and expect one run of every tag.)
+TAGGED_NEWEST_FIRST = ("-tag_rows__created_at", "-tag_rows__workflow_id")
 
 
 class WorkflowTag(models.Model):

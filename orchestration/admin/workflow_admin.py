@@ -14,7 +14,7 @@ from typing import Any
 
 from django.contrib import admin
 from django.contrib.admin.utils import flatten_fieldsets
-from django.contrib.admin.views.main import ChangeList
+from django.contrib.admin.views.main import ORDER_VAR, PAGE_VAR, ChangeList
 from django.db.models import Count, IntegerField, OuterRef, QuerySet, Subquery
 from django.db.models.functions import Coalesce
 from django.http import HttpRequest, HttpResponse
@@ -25,7 +25,15 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
 from ..conf import conf
-from ..models import FINISHED_STATUSES, StepStatus, Workflow, WorkflowStatus, WorkflowStep
+from ..models import (
+    FINISHED_STATUSES,
+    TAGGED_NEWEST_FIRST,
+    StepStatus,
+    Workflow,
+    WorkflowStatus,
+    WorkflowStep,
+    WorkflowTag,
+)
 from ..reports import charts, step_window
 from ..reports.listing import children_by_status, progress_fraction, progress_text, search_q, short_id
 from ..reports.pagination import EstimatedCountPaginator
@@ -92,6 +100,15 @@ def _children_by_status(workflow: Workflow) -> dict[str, int]:
     return cached
 
 
+#: The list's sorts as a tag's rows of ``workflow_tags`` hold them (``models.TAGGED_NEWEST_FIRST``).
+_TAG_ORDER = {
+    "-created_at": TAGGED_NEWEST_FIRST[0],
+    "-pk": TAGGED_NEWEST_FIRST[1],
+    "created_at": TAGGED_NEWEST_FIRST[0][1:],
+    "pk": TAGGED_NEWEST_FIRST[1][1:],
+}
+
+
 class WorkflowChangeList(ChangeList):
     def get_ordering_field(self, field_name: Any) -> Any:
         # A column the admin does not offer to sort on is not sorted on by a hand-made ``?o=`` either.
@@ -101,7 +118,10 @@ class WorkflowChangeList(ChangeList):
 
     def get_ordering(self, request: HttpRequest, queryset: QuerySet[Workflow]) -> list[Any]:
         ordering = super().get_ordering(request, queryset)
-        return ordering if ordering != ["-pk"] else ["-created_at", "-pk"]  # asked for no sort it offers
+        ordering = ordering if ordering != ["-pk"] else ["-created_at", "-pk"]  # asked for no sort it offers
+        if request.GET.get(TagFilter.parameter_name):  # in the order of the tag's rows of workflow_tags
+            ordering = [_TAG_ORDER.get(field, field) if isinstance(field, str) else field for field in ordering]
+        return ordering
 
     def get_queryset(self, request: HttpRequest, exclude_parameters: Any = None) -> QuerySet[Workflow]:
         queryset = super().get_queryset(request, exclude_parameters)
@@ -194,6 +214,16 @@ class WorkflowAdmin(ReadOnlyConsole, admin.ModelAdmin):
     show_full_result_count = False
     show_facets = admin.ShowFacets.NEVER
     list_per_page = 50
+
+    def get_paginator(self, request: HttpRequest, queryset: Any, per_page: int, *args: Any, **kwargs: Any) -> Any:
+        paginator = super().get_paginator(request, queryset, per_page, *args, **kwargs)
+        tag = request.GET.get(TagFilter.parameter_name)
+        alone = set(request.GET) <= {TagFilter.parameter_name, PAGE_VAR, ORDER_VAR}
+        if tag and alone and isinstance(paginator, EstimatedCountPaginator):
+            # A tag alone: its runs are its rows of workflow_tags, counted from their index
+            # alone, where the list's join would read each run's row (10,001 of a common tag).
+            paginator.counted = WorkflowTag.objects.using(conf.DATABASE).filter(tag=tag)
+        return paginator
 
     def has_retry_permission(self, request: HttpRequest) -> bool:
         return request.user.has_perm("orchestration.retry_workflow")

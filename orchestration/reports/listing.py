@@ -7,7 +7,8 @@ index of ``workflows`` however many finished rows the table keeps.
 - why pending: the pending rows (``waits.pending_q``);
 - created since: ``idx_workflows_created``; parent: ``idx_workflows_parent``;
 - held by a worker: the running rows (``idx_workflows_running``);
-- tag: ``workflow_tags``'s primary key (tag, created_at, workflow_id), newest first (``tagged_q``);
+- tag: ``workflow_tags``'s primary key (tag, created_at, workflow_id), in its order (``tagged_q``,
+  ``TAGGED_NEWEST_FIRST``);
 - search: the primary key (an id or its first characters), the end of an id
   (``idx_workflows_id_tail``), the type index (an exact type, or the types
   whose names contain the term, read from the registry and a loose index scan),
@@ -31,7 +32,7 @@ from django.utils import timezone
 
 from .. import worker_rows
 from ..conf import conf
-from ..models import Workflow, WorkflowStatus, WorkflowWorker, tagged_q
+from ..models import TAGGED_NEWEST_FIRST, Workflow, WorkflowStatus, WorkflowWorker, tagged_q
 from ..registry import registered_workflows
 from ..validation import dumps_for_display
 from ..waits import PendingReason, WaitKind, pending_q, pending_reason
@@ -188,7 +189,8 @@ class Filters:
 
 def filtered(filters: Filters) -> QuerySet[Workflow]:
     """The workflows ``filters`` select, newest first."""
-    return Workflow.objects.using(conf.DATABASE).filter(filters.q()).order_by("-created_at", "-pk")
+    order = TAGGED_NEWEST_FIRST if filters.tag is not None else ("-created_at", "-pk")
+    return Workflow.objects.using(conf.DATABASE).filter(filters.q()).order_by(*order)
 
 
 # -- what the workflows command shows ---------------------------------------------

@@ -25,9 +25,13 @@ class EstimatedCountPaginator(Paginator):
     #: True once ``count`` holds an estimate rather than an exact figure.
     is_estimate = False
 
+    #: The same rows as the list's, where another query counts them from an
+    #: index alone (a tag's rows of ``workflow_tags``); None: the list's own.
+    counted: QuerySet[Any] | None = None
+
     @cached_property
     def count(self) -> int:
-        queryset = self.object_list
+        queryset = self.object_list if self.counted is None else self.counted
         if not isinstance(queryset, QuerySet):
             return super().count
         capped = queryset.order_by()[: self.exact_limit + 1].count()

@@ -32,7 +32,7 @@ LINT_STAMP := $(VENV)/.installed-lint
 
 help:
 	@echo "make demo   run the demo workflows and print a report"
-	@echo "make test   run the test suite (TEST_WORKERS=3: in three processes)"
+	@echo "make test   run the test suite (in TEST_WORKERS=3 processes, then the serial tests in one)"
 	@echo "make test-naive-time   the tests marked moments again with USE_TZ = False (CI runs it)"
 	@echo "make test-chaos   the chaos run: killed workers and a restarted PostgreSQL (CI runs it)"
 	@echo "make test-upgrade   a rolling upgrade from the previous release under load (CI runs it)"
@@ -62,15 +62,27 @@ bench: $(STAMP)
 # 25 s) and the rolling upgrade (the previous release installed from git history
 # into .previous-release/, then two upgrades under load: a few minutes) are apart,
 # so that one `make test` stays short: `make test-chaos`, `make test-upgrade`, and CI.
-# `make test TEST_WORKERS=3` runs the suite in three processes (pytest-xdist), each
-# on a test database of its own: most of its time is spent waiting on worker
-# subprocesses, so three overlap well even on two cores. One process is the
-# default while timing-bound and plan tests still fail now and then under that load.
-TEST_WORKERS ?= 0
-PARALLEL = $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadgroup)
+# `make test` runs the suite in TEST_WORKERS processes (pytest-xdist), each on a
+# test database of its own: most of its time is spent waiting on worker
+# subprocesses, so three overlap well even on two cores. Then, in one process,
+# the tests marked serial: those bound to a wall-clock duration or that read a
+# query plan, which a loaded machine would fail. Both parts always run; it fails
+# if either does. TEST_WORKERS=0 runs everything in one process.
+TEST_WORKERS ?= 3
+SUITE = not chaos and not upgrade
+
+# $(call suite,python): the suite, in parallel then serial, as described above.
+define suite
+$(if $(filter-out 0,$(TEST_WORKERS)),\
+	status=0; \
+	$(1) -m pytest -m "$(SUITE) and not serial" -n $(TEST_WORKERS) --dist loadgroup || status=$$?; \
+	$(1) -m pytest -m "$(SUITE) and serial" || status=$$?; \
+	exit $$status,\
+	$(1) -m pytest -m "$(SUITE)")
+endef
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -m "not chaos and not upgrade" $(PARALLEL)
+	$(call suite,$(BIN)/python)
 
 # The tests that involve moments again, in a project without time zones (USE_TZ = False).
 test-naive-time: $(STAMP)
@@ -91,7 +103,7 @@ $(STAMP52): requirements.txt pyproject.toml
 
 test-django52: $(STAMP52)
 	$(VENV52)/bin/python -c 'import django; assert django.VERSION[:2] == (5, 2), django.get_version()'
-	$(VENV52)/bin/python -m pytest -m "not chaos and not upgrade" $(PARALLEL)
+	$(call suite,$(VENV52)/bin/python)
 
 # The site's tools (requirements-docs.txt) go into the project's .venv: the
 # reference is read from the app's code, which needs Django beside them.

@@ -46,9 +46,9 @@ CHROMIUM_ARGS = [
 
 pytestmark = [
     pytest.mark.browser,
-    # In parallel runs (make test), one Chromium at a time: three of them rendering
-    # side by side on two cores missed the 10 s a page gets.
-    pytest.mark.xdist_group("browser"),
+    # One Chromium at a time, after the parallel part of make test: three of them
+    # rendering side by side on two cores missed the 10 s a page gets.
+    pytest.mark.serial,
     pytest.mark.skipif(
         not CHROMIUM.exists(),
         reason="no Chromium at /usr/bin/chromium (Debian's 'chromium' package; .ci/run installs it when run as root)",

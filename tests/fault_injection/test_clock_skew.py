@@ -17,7 +17,8 @@ from orchestration import start_workflow, workflow
 from orchestration.models import WorkflowStatus
 from tests.fault_injection.test_checkpoint_through_outage import run_until_finished
 
-pytestmark = pytest.mark.django_db(transaction=True)
+# Serial: a timer of a second and a deadline, measured on a worker that shares the machine.
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.serial]
 
 entered: list[float] = []
 

@@ -22,6 +22,7 @@ from tests.testapp.models import StepRun
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
+    pytest.mark.serial,  # the outage line within seconds of the cut
     pytest.mark.skipif(silent_link.available() is not None, reason=str(silent_link.available())),
 ]
 

@@ -501,6 +501,7 @@ def test_counting_in_a_lane__counts_the_queues_running_runs_once():
     assert len(re.findall(r" on workflows ", plan)) == 1, plan
 
 
+@pytest.mark.serial  # a query plan
 def test_claim_plan__a_saturated_key_with_100000_pending__is_never_read():
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE workflows")  # the statistics of an empty table, as migrate left them
@@ -542,6 +543,7 @@ def queues_probed_by(plan: str) -> list[str]:
     return re.findall(r" using (\w+)", plan.split("CTE pending_queue", 1)[1].split("\n  CTE ", 1)[0])
 
 
+@pytest.mark.serial  # a query plan
 def test_claim_plan__a_paused_queue_with_a_backlog__slows_no_other_queue():
     free = paused_backlog()
     plan = generic_plan(*claims.claim_statement("w", None, [], 4, limited=True))
@@ -553,6 +555,7 @@ def test_claim_plan__a_paused_queue_with_a_backlog__slows_no_other_queue():
     assert running("fc_free") == len(free)
 
 
+@pytest.mark.serial  # a query plan
 def test_claim_plan__counted__a_paused_queue_with_a_backlog__slows_no_other_queue():
     free = paused_backlog()
     plan = generic_plan(*claims.claim_statement("w", None, [], 4, limited=True, keys_or_rates=False))
@@ -565,6 +568,7 @@ def test_claim_plan__counted__a_paused_queue_with_a_backlog__slows_no_other_queu
     assert running("fc_free") == len(free)
 
 
+@pytest.mark.serial  # a query plan
 @pytest.mark.parametrize(
     "limits, keys_or_rates",
     [({"concurrency": 8}, True), ({"concurrency": 8}, False), ({"key_concurrency": 1}, True)],

@@ -16,7 +16,7 @@ from orchestration.claim import claims, statements
 from orchestration.models import Workflow, WorkflowStatus
 from tests.integration.test_flow_control import buffers, generic_plan
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.serial]  # query plans: see the serial marker
 
 QUEUE = "nd"
 

@@ -15,7 +15,7 @@ from orchestration.reports import stats
 from tests.integration.test_flow_control import buffers
 from tests.integration.test_not_due import QUEUE, WAITING, insert_waiting, start_due
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.serial]  # query plans: see the serial marker
 
 
 def explain(sql: str) -> str:

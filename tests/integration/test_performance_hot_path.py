@@ -30,7 +30,7 @@ from orchestration.worker import Worker, execute
 from tests.factories import WorkflowFactory, WorkflowStepFactory
 from tests.support import drain, other_connection
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.serial]  # query plans: see the serial marker
 
 BODIES: list[str] = []
 

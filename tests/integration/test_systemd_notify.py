@@ -80,6 +80,7 @@ def test_watchdog_seconds__for_another_process__is_none(notify_socket, monkeypat
 
 
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.serial  # the probe must come while a 3 s step still runs
 def test_runworkers__under_type_notify__says_ready_feeds_the_watchdog_and_says_stopping(notify_socket):
     env = worker_env(NOTIFY_SOCKET=notify_socket.getsockname(), WATCHDOG_USEC="5000000")  # heartbeat every 1 s
     worker = start_workers("--concurrency", "1", env=env)

@@ -67,7 +67,9 @@ bench: $(STAMP)
 # subprocesses, so three overlap well even on two cores. Then, in one process,
 # the tests marked serial: those bound to a wall-clock duration or that read a
 # query plan, which a loaded machine would fail. Both parts always run; it fails
-# if either does. TEST_WORKERS=0 runs everything in one process.
+# if either does: about 4.5 minutes on two cores (the serial part under one),
+# 13 to 16 with other runs loading them (load 10 or more), where one process takes 18.
+# TEST_WORKERS=0 runs everything in one process.
 TEST_WORKERS ?= 3
 SUITE = not chaos and not upgrade
 

@@ -1,8 +1,7 @@
 """The background work of one ``runworkers`` process, on one thread and one
-database connection: the listener for new work, the heartbeat, the stuck
-sweep (one process at a time, under ``recovery``'s lock), and, in one
-process of all at a time (the watcher), the watch for timers coming due and
-the schedules.
+database connection: the listener for new work and the heartbeat, and, in one process of all at a
+time (the watcher), the stuck sweep, the watch for timers coming due and the
+schedules.
 
 Idle processes must cost the server next to nothing, however many there are:
 each holds its threads' connections and this one, its idle threads wait for
@@ -11,7 +10,8 @@ be done by every process once a poll interval is done by the watcher only.
 The watcher is whichever process holds ``WATCHER_LOCK_KEY``, a session-level
 advisory lock on this connection: it passes on when the process stops (its
 ``RESIGNED`` notification sends the others to take it at once) or dies (its
-connection closes; the others try again with each heartbeat). A watcher
+connection closes; the others try again with each heartbeat once it is
+silent). A watcher
 that is paused or hung keeps the lock, so it says it is alive (``ALIVE``)
 every ``ALIVE_EVERY`` seconds, and a process that has not heard it for
 ``WATCHER_SILENT`` seconds watches too, until it hears it again.
@@ -50,7 +50,8 @@ WATCHER_LOCK_KEY = 0x7761746368
 #: What a watcher that stops notifies, and what it notifies while it watches: a queue name never has a comma.
 RESIGNED = ",watcher resigned"
 ALIVE = ",watcher alive"
-ALIVE_EVERY = 5.0
+#: Each NOTIFY costs every listening process a transaction (it reads the queue): rare enough to stay small in N.
+ALIVE_EVERY = 10.0
 WATCHER_SILENT = 3 * ALIVE_EVERY
 #: The timers that ended since the last look (less ``TIMERS_OVERLAP``, for the
 #: transactions that set one and committed after it), a notification a queue;
@@ -229,9 +230,9 @@ class Services:
         written = worker_rows.beat(self.worker_id, abandoned_bodies=len(timeouts.abandoned_bodies()))
         if written and watchdog_seconds() is not None:  # systemd restarts a process whose heartbeat stopped working
             notify("WATCHDOG=1")
-        if not self.watching:
+        if not self.watching and self._watcher_silent():  # a watcher heard lately holds the lock
             self._take_watch()
-        elif self.dispatcher.listening:
+        elif self.watching and self.dispatcher.listening:
             # What no NOTIFY announced and no timer holds (a release's notification
             # lost with a connection) is claimed within a heartbeat.
             self.dispatcher.wake()
@@ -256,14 +257,18 @@ class Services:
         """Whether this process watches now: it is the watcher, or hears none
         (not listening, or the watcher silent for ``WATCHER_SILENT`` seconds:
         paused or hung, with the lock)."""
-        now = time.monotonic()
         if self.watching:
-            self._watcher_heard_at = now
+            self._watcher_heard_at = time.monotonic()
             return True
-        return not self.dispatcher.listening or now - self._watcher_heard_at > WATCHER_SILENT
+        return self._watcher_silent()
+
+    def _watcher_silent(self) -> bool:
+        """Whether no watcher is heard: not listening, or none said it is alive for ``WATCHER_SILENT`` seconds."""
+        return not self.dispatcher.listening or time.monotonic() - self._watcher_heard_at > WATCHER_SILENT
 
     def _sweep(self) -> None:
-        recovery.reclaim_stuck()  # one process at a time; the others skip it
+        if self._acting_as_watcher():  # and under recovery's lock, for the moments two act so
+            recovery.reclaim_stuck()
 
     def _announce_timers(self) -> None:
         if not self._acting_as_watcher():

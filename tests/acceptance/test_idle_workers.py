@@ -69,3 +69,26 @@ def test_timer__is_claimed_by_another_process_once_the_watcher_stopped(workers):
     assert wait_for(lambda: Workflow.objects.get(pk=workflow.pk).status == "completed", timeout=10), (
         other.log_path.read_text()
     )
+
+
+def test_idle_processes__leave_the_stuck_sweep_to_the_watcher_and_try_no_lock_while_it_is_heard(workers):
+    name = f"idle-{uuid.uuid4().hex[:8]}"
+    often = dict(ORCHESTRATION_HEARTBEAT_INTERVAL="0.5", ORCHESTRATION_STUCK_AFTER="3")  # a sweep every 0.75 s
+    for _ in range(3):
+        workers.append(start_workers("--concurrency", "1", env=worker_env(PGAPPNAME=name, **often)))
+    assert wait_for(lambda: all("starting" in process.log_path.read_text() for process in workers), timeout=90)
+    time.sleep(2)
+    seen: dict[int, set[str]] = {}
+    with other_connection() as other:
+        deadline = time.monotonic() + 4  # eight heartbeats and five sweeps of each process
+        while time.monotonic() < deadline:
+            rows = other.execute("SELECT pid, query FROM pg_stat_activity WHERE application_name = %s", [name])
+            for pid, query in rows:
+                seen.setdefault(pid, set()).add(query)
+            time.sleep(0.02)
+    # A sweep ends with its COMMIT, and taking the watch is a pg_try_advisory_lock: each
+    # stays the connection's last query until its next heartbeat.
+    sweeping_or_locking = [
+        pid for pid, queries in seen.items() if queries & {"COMMIT"} or any("advisory" in query for query in queries)
+    ]
+    assert len(sweeping_or_locking) == 1, seen

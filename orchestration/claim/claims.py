@@ -28,7 +28,8 @@ from django.db import transaction
 from .. import waits
 from ..conf import conf
 from . import statements
-from .lease import Lease, completion_params, write_progresses
+from .batches import completion_params, write_progresses
+from .lease import Lease
 from .rules import Rules, rules_of
 from .wire import run
 

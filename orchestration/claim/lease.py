@@ -46,6 +46,7 @@ from ..outages import is_outage
 from ..retry import backoff_seconds, should_retry
 from ..validation import ERROR_MESSAGE_MAX_LENGTH, TRACEBACK_MAX_LENGTH, storable_text
 from . import statements
+from .batches import completion_params, write_progresses
 from .wire import run
 
 T = TypeVar("T")
@@ -550,54 +551,6 @@ class Lease:
         if status in (WorkflowStatus.PAUSED, WorkflowStatus.RUNNING) and lease == self.lease_token:
             raise RunPaused(f"Workflow {self.id} was paused; this worker gives it back at this step boundary.")
         raise LeaseLost(f"Workflow {self.id} is no longer held by this worker (it is {status}).")
-
-
-def write_progresses(leases: list[Lease]) -> set[uuid.UUID]:
-    """Write the progress each of ``leases`` keeps (``Lease.note_progress``), in
-    one statement (``statements.PROGRESS_WRITE``), each fenced by its lease;
-    return the ids written. A value reported while it is written stays kept."""
-    pending = sorted(((lease, lease.progress) for lease in leases if lease.progress is not None), key=_by_id)
-    if not pending:
-        return set()
-    now = time.monotonic()
-    params = {
-        "ids": "{" + ",".join(lease.id.hex for lease, _ in pending) + "}",
-        "leases": "{" + ",".join(lease.lease_token.hex for lease, _ in pending) + "}",
-        "progress": "[" + ",".join(progress.text for _, progress in pending if progress is not None) + "]",
-        "unflushed": not connections[conf.DATABASE].in_atomic_block,
-    }
-    written = {row[0] for row in run(conf.DATABASE, statements.PROGRESS_WRITE, params)}
-    for lease, progress in pending:
-        lease.progress_written_at = now
-        if lease.progress is progress:
-            lease.progress = None
-    return written
-
-
-def _by_id(item: tuple[Lease, Any]) -> int:
-    return item[0].id.int
-
-
-def completion_params(finished: list[tuple[Lease, str]]) -> dict[str, Any]:
-    """``statements.COMPLETE_AND_CLAIM``'s parameters that complete each ``(lease,
-    output as JSON text)``, with its deferred checkpoint; in id order, so that
-    two batches lock their rows in one order."""
-    finished = sorted(finished, key=lambda item: item[0].id.int)
-    checkpoints = [lease.checkpoint for lease, _ in finished]
-    now = time.monotonic()
-
-    def array(values: Any) -> str:  # an array literal: psycopg's list dumper costs more
-        return "{" + ",".join(values) + "}"
-
-    return {
-        "ids": array(lease.id.hex for lease, _ in finished),  # a uuid's 32 hex digits: cheaper than str()
-        "leases": array(lease.lease_token.hex for lease, _ in finished),
-        "outputs": "[" + ",".join(output for _, output in finished) + "]",
-        "steps": array(str(checkpoint.number) if checkpoint else "NULL" for checkpoint in checkpoints),
-        "step_names": json.dumps([checkpoint.name if checkpoint else None for checkpoint in checkpoints]),
-        "step_outputs": "[" + ",".join(checkpoint.output if checkpoint else "null" for checkpoint in checkpoints) + "]",
-        "ages": array(f"{checkpoint.age(now) if checkpoint else 0.0:.6f}" for checkpoint in checkpoints),
-    }
 
 
 def _workflows() -> Any:

@@ -493,7 +493,7 @@ FENCED_WRITE = (
 )
 
 #: Runs' progress (``ctx.set_progress``; ``lease.Lease.write_progress`` one,
-#: ``lease.write_progresses`` the finished runs of a claim's batch), each fenced
+#: ``batches.write_progresses`` the finished runs of a claim's batch), each fenced
 #: by its own lease, in id order (as the completions lock them); returns the ids
 #: written (one missing: its lease is gone). With ``%(unflushed)s``, the commit
 #: does not wait for the WAL's flush (``synchronous_commit`` off for this

@@ -15,7 +15,7 @@ import json
 import uuid
 from collections.abc import Generator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.db import connections
 from django.db.models import Q
@@ -194,8 +194,7 @@ def children_settled(ids: list[uuid.UUID], wake_on_failure: bool = True) -> bool
     """Whether a parent waiting for the children ``ids`` has something to act on:
     every child finished, or (``wake_on_failure``) one never will complete
     (failed, cancelled), or a child's row is gone."""
-    missing, unfinished, unsuccessful = _awaited_counts(id_array(ids))
-    return bool(missing or not unfinished or (wake_on_failure and unsuccessful))
+    return _awaited_counts(id_array(ids)).settled(wake_on_failure)
 
 
 def wake_event_waiter(workflow_id: uuid.UUID, name: str, queue: str) -> None:
@@ -374,9 +373,9 @@ class ChildrenWait:
             head = cursor.fetchone()
             marked = head[0] if head else 0
         # A statement of its own: it sees the ends of the children the marking waited for.
-        missing, unfinished, unsuccessful = _awaited_counts(array)
-        self.foreign = unfinished > marked
-        self.settled = bool(missing or not unfinished or (self.wake_on_failure and unsuccessful))
+        counts = _awaited_counts(array)
+        self.foreign = counts.unfinished > marked
+        self.settled = counts.settled(self.wake_on_failure)
 
     def ready(self) -> bool:
         """Whether the run has something to act on now: in the suspending
@@ -476,11 +475,23 @@ def forks_of(runs: set[uuid.UUID]) -> set[uuid.UUID]:
     return found
 
 
-def _awaited_counts(array: str) -> tuple[int, int, int]:
+class AwaitedCounts(NamedTuple):
+    """``AWAITED_COUNTS`` of a wait's children."""
+
+    missing: int
+    unfinished: int
+    unsuccessful: int
+
+    def settled(self, wake_on_failure: bool) -> bool:
+        """Whether the wait has something to act on: a child's row is gone, every
+        child finished, or (``wake_on_failure``) one never will complete."""
+        return bool(self.missing or not self.unfinished or (wake_on_failure and self.unsuccessful))
+
+
+def _awaited_counts(array: str) -> AwaitedCounts:
     with connections[conf.DATABASE].cursor() as cursor:
         cursor.execute(AWAITED_COUNTS, {"ids": array})
-        missing, unfinished, unsuccessful = cursor.fetchone()
-    return missing, unfinished, unsuccessful
+        return AwaitedCounts(*cursor.fetchone())
 
 
 def _workflows() -> Any:

@@ -71,17 +71,29 @@ class Workers:
                 process.wait()
 
     def _wait_ready(self) -> None:
-        """Until every thread of every process started is connected (and has
-        idled); the deadline moves on while more connect, so a loaded machine
-        only makes it slower."""
-        query = "SELECT count(*) FROM pg_stat_activity WHERE datname = %s AND backend_type = 'client backend'"
-        expected = len(self.processes) * (self.threads + 1)  # + the background thread
-        seen, deadline = -1, 0.0
-        while (now := self.database.scalar(query, [self.database.name])) < expected:
-            if now > seen:
-                seen, deadline = now, time.monotonic() + START_TIMEOUT
+        """Until every process started has registered its row and holds its
+        listener's connection and a thread's. Not every thread's: a thread
+        connects at its first claim, and when the first claim finds the queue
+        empty the threads that asked with it idle without ever connecting. The
+        deadline moves on while more connect, so a loaded machine only makes it
+        slower."""
+        pids = [process.pid for process in self.processes]
+        query = (
+            "SELECT (SELECT count(*) FROM workflow_workers WHERE pid = ANY(%s) AND gone_at IS NULL),"
+            " (SELECT count(*) FROM pg_stat_activity WHERE datname = %s AND backend_type = 'client backend') - 1"
+        )  # less 1: this query's own connection
+        seen, deadline = (-1, -1), 0.0
+        while True:
+            registered, connected = self.database.one(query, [pids, self.database.name])
+            if registered >= len(pids) and connected >= 2 * len(pids):
+                return
+            if (registered, connected) > seen:
+                seen, deadline = (registered, connected), time.monotonic() + START_TIMEOUT
             if any(process.poll() is not None for process in self.processes) or time.monotonic() > deadline:
-                raise RuntimeError(f"runworkers did not start ({now} of {expected} connections); see {self.log_dir}")
+                raise RuntimeError(
+                    f"runworkers did not start ({registered} of {len(pids)} processes registered,"
+                    f" {connected} of at least {2 * len(pids)} connections); see {self.log_dir}"
+                )
             time.sleep(0.05)
 
     def peak_rss_mb(self) -> list[float]:

@@ -28,7 +28,7 @@ from orchestration.errors import RunCancelled
 from orchestration.models import StepStatus, Workflow, WorkflowStatus, WorkflowStep
 from orchestration.worker import Worker, execute
 from tests.factories import WorkflowFactory, WorkflowStepFactory
-from tests.support import drain, other_connection
+from tests.support import as_migrate_left_them, drain, other_connection
 
 pytestmark = [pytest.mark.django_db, pytest.mark.serial]  # query plans: see the serial marker
 
@@ -221,7 +221,7 @@ def test_next_run__after_a_claim_found_nothing__a_finished_run_is_still_written_
 
 def test_claim_plan__is_an_index_scan_that_stops_early__with_a_deep_backlog_and_stale_statistics():
     # The statistics are those migrate left (an empty table); 10,000 rows arrive since.
-    _as_migrate_left_them()
+    as_migrate_left_them()
     start_workflows("perf_one_step", range(10_000))
     statement, params = claims.claim_statement("w", None, [], 4)
     with connection.cursor() as cursor:
@@ -244,20 +244,10 @@ def _plan(statement: str, params: Any) -> str:
         return "\n".join(row[0] for row in cursor.fetchall())
 
 
-def _as_migrate_left_them() -> None:
-    """The tables and their statistics as a new database's: empty, with no dead rows.
-    Earlier tests' rolled-back rows would otherwise stay in the tables and their
-    indexes, and an ANALYZE would price each index by its dead entries. TRUNCATE
-    in the test's transaction is undone with it."""
-    with connection.cursor() as cursor:
-        cursor.execute("TRUNCATE workflows, workflow_steps CASCADE")
-        cursor.execute("ANALYZE workflows, workflow_steps")
-
-
 def _stale_statistics_with_a_half_drained_backlog() -> list[Lease]:
     """Statistics of an empty table, then 6,000 queued and 3,000 claimed: the
     planner, left alone, reads every queued row per claim (see statements.INDEX_PLANS_ONLY)."""
-    _as_migrate_left_them()
+    as_migrate_left_them()
     start_workflows("perf_one_step", range(6_000))
     return claims.claim("w", None, limit=3_000)
 

@@ -1,8 +1,9 @@
 """Work that arrives one run at a time: a producer starts one-step workflows
 at a fixed rate, one ``start_workflow`` at a time, for a while, beside real
 ``runworkers`` processes; then the CPU a run cost (the workers', and the
-server's, the producer's inserts included), the start latency (the claim's
-``started_at`` less the start's ``created_at``) and the stalls.
+whole server's, the producer's inserts included: ``cpu.ServerCpu``), the
+start latency (the claim's ``started_at`` less the start's ``created_at``)
+and the stalls.
 
 A drain claims many runs a round trip and commits many a transaction; here
 each run is claimed, run and completed alone, which is what production
@@ -26,7 +27,7 @@ from django.db import connections
 
 from orchestration import start_workflow
 
-from .cpu import CpuMeter, server_backends
+from .cpu import CpuMeter, ServerCpu
 from .figures import Figure
 from .scratch import ScratchDatabase
 from .starts import BARE_INSERT
@@ -116,7 +117,8 @@ def _steady(database: ScratchDatabase, workers: Workers, rate: float, seconds: f
     started = 0
     with database.queue_alias():
         connections[database.alias].ensure_connection()  # the producer's backend is measured too
-        meter = CpuMeter([process.pid for process in workers.processes], server_backends(conninfo))
+        meter = CpuMeter([process.pid for process in workers.processes], None)
+        server = ServerCpu(conninfo)
         begun = time.monotonic()
         while (now := time.monotonic()) - begun < seconds:
             due = begun + started / rate
@@ -127,7 +129,8 @@ def _steady(database: ScratchDatabase, workers: Workers, rate: float, seconds: f
         elapsed = time.monotonic() - begun
     with contextlib.suppress(RuntimeError):  # what did not complete is counted below
         database.wait_until_idle(timeout=30)
-    worker_cpu, server_cpu = meter.used()
+    worker_cpu, _ = meter.used()
+    server_cpu = server.used()
     with psycopg.connect(conninfo, autocommit=True) as conn:
         latencies = [row[0] for row in conn.execute(LATENCIES)]
     latencies.sort()

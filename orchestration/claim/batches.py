@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from collections.abc import Iterable
 from typing import Any
 
 from django.db import connections
@@ -27,8 +28,8 @@ def write_progresses(leases: list[Any]) -> set[uuid.UUID]:
         return set()
     now = time.monotonic()
     params = {
-        "ids": "{" + ",".join(lease.id.hex for lease, _ in pending) + "}",
-        "leases": "{" + ",".join(lease.lease_token.hex for lease, _ in pending) + "}",
+        "ids": _array(lease.id.hex for lease, _ in pending),
+        "leases": _array(lease.lease_token.hex for lease, _ in pending),
         "progress": "[" + ",".join(progress.text for _, progress in pending if progress is not None) + "]",
         "unflushed": not connections[conf.DATABASE].in_atomic_block,
     }
@@ -44,23 +45,24 @@ def _by_id(item: tuple[Any, Any]) -> int:
     return item[0].id.int
 
 
+def _array(values: Iterable[str]) -> str:
+    """A PostgreSQL array literal of ``values``: psycopg's list dumper costs more."""
+    return "{" + ",".join(values) + "}"
+
+
 def completion_params(finished: list[tuple[Any, str]]) -> dict[str, Any]:
     """``statements.COMPLETE_AND_CLAIM``'s parameters that complete each ``(lease,
     output as JSON text)``, with its deferred checkpoint; in id order, so that
     two batches lock their rows in one order."""
-    finished = sorted(finished, key=lambda item: item[0].id.int)
+    finished = sorted(finished, key=_by_id)
     checkpoints = [lease.checkpoint for lease, _ in finished]
     now = time.monotonic()
-
-    def array(values: Any) -> str:  # an array literal: psycopg's list dumper costs more
-        return "{" + ",".join(values) + "}"
-
     return {
-        "ids": array(lease.id.hex for lease, _ in finished),  # a uuid's 32 hex digits: cheaper than str()
-        "leases": array(lease.lease_token.hex for lease, _ in finished),
+        "ids": _array(lease.id.hex for lease, _ in finished),  # a uuid's 32 hex digits: cheaper than str()
+        "leases": _array(lease.lease_token.hex for lease, _ in finished),
         "outputs": "[" + ",".join(output for _, output in finished) + "]",
-        "steps": array(str(checkpoint.number) if checkpoint else "NULL" for checkpoint in checkpoints),
+        "steps": _array(str(checkpoint.number) if checkpoint else "NULL" for checkpoint in checkpoints),
         "step_names": json.dumps([checkpoint.name if checkpoint else None for checkpoint in checkpoints]),
         "step_outputs": "[" + ",".join(checkpoint.output if checkpoint else "null" for checkpoint in checkpoints) + "]",
-        "ages": array(f"{checkpoint.age(now) if checkpoint else 0.0:.6f}" for checkpoint in checkpoints),
+        "ages": _array(f"{checkpoint.age(now) if checkpoint else 0.0:.6f}" for checkpoint in checkpoints),
     }

@@ -1,7 +1,7 @@
 """The background work of one ``runworkers`` process, on one thread and one
-database connection: the listener for new work and the heartbeat, and, in one process of all at a
-time (the watcher), the stuck sweep, the watch for timers coming due and the
-schedules.
+database connection: the listener for new work and the heartbeat, and, in
+one process of all at a time (the watcher), the stuck sweep, the watch for
+timers coming due and the schedules.
 
 Idle processes must cost the server next to nothing, however many there are:
 each holds its threads' connections and this one, its idle threads wait for
@@ -11,10 +11,9 @@ The watcher is whichever process holds ``WATCHER_LOCK_KEY``, a session-level
 advisory lock on this connection: it passes on when the process stops (its
 ``RESIGNED`` notification sends the others to take it at once) or dies (its
 connection closes; the others try again with each heartbeat once it is
-silent). A watcher
-that is paused or hung keeps the lock, so it says it is alive (``ALIVE``)
-every ``ALIVE_EVERY`` seconds, and a process that has not heard it for
-``WATCHER_SILENT`` seconds watches too, until it hears it again.
+silent). A watcher that is paused or hung keeps the lock, so it says it is
+alive (``ALIVE``) every ``ALIVE_EVERY`` seconds, and a process that has not
+heard it for ``WATCHER_SILENT`` seconds watches too, until it hears it again.
 
 A run that becomes due without a NOTIFY is one whose timer ends (a delayed
 start, a backoff, a sleep: ``run_after``); the watcher announces each queue

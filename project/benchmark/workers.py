@@ -37,7 +37,6 @@ class Workers:
             str(threads),
             *args,
         ]
-        self.threads = threads
         self.log_dir = log_dir
         self.label = label
         self.processes: list[subprocess.Popen[bytes]] = []

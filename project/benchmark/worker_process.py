@@ -1,5 +1,5 @@
 """One of the benchmark's worker processes, started by ``workers.Workers`` as
-``python -m orchestration.benchmark.worker_process ALIAS DATABASE [runworkers options]``.
+``python -m project.benchmark.worker_process ALIAS DATABASE [runworkers options]``.
 
 It is ``manage.py runworkers`` (the same command, worker, options and system
 checks, in the project's own settings) with only what the benchmark needs

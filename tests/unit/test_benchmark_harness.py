@@ -1,6 +1,6 @@
-"""The benchmark ships with the app without showing up in a project: its
-workflow type is registered by the command's run and its worker processes, not
-by installing orchestration or importing the harness."""
+"""The benchmark is the repository's (project/benchmark, its commands in
+project/demo), not the package's: its workflow type is registered by the
+command's run and its worker processes, not by importing the harness."""
 
 from __future__ import annotations
 

@@ -171,6 +171,24 @@ def meets_the_others(ctx: Any, data: dict[str, Any]) -> Any:
     return ctx.step("meet", lambda: RENDEZVOUS[data["barrier"]].wait(timeout=20))
 
 
+def wait_for_gate(gate: str, n: int) -> int:
+    from pathlib import Path
+
+    deadline = time.monotonic() + 60
+    while not Path(gate).exists():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the gate {gate} was never opened")
+        time.sleep(0.002)
+    return n * n
+
+
+@workflow("opens_at_the_gate", max_retries=0)
+def opens_at_the_gate(ctx: Any, data: dict[str, Any]) -> Any:
+    """A step that returns ``n * n`` once the file ``data["gate"]`` exists: children in
+    worker processes that all end at the same moment once a test creates it."""
+    return ctx.step("through the gate", wait_for_gate, data["gate"], data["n"])
+
+
 @workflow("waits_for_one_child_twice", max_retries=0)
 def waits_for_one_child_twice(ctx: Any, data: Any) -> Any:
     child = ctx.start_child("square", {"n": 3})

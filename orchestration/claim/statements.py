@@ -495,7 +495,10 @@ FENCED_WRITE = (
 #: Runs' progress (``ctx.set_progress``; ``lease.Lease.write_progress`` one,
 #: ``batches.write_progresses`` the finished runs of a claim's batch), each fenced
 #: by its own lease, in id order (as the completions lock them); returns the ids
-#: written (one missing: its lease is gone). With ``%(unflushed)s``, the commit
+#: written (one missing: its lease is gone). A run paused while it runs is still
+#: its worker's until the step boundary gives it back (``Lease.give_back_paused``):
+#: its reports are written meanwhile, so that a report is no step boundary (the
+#: pause would cut the step short). With ``%(unflushed)s``, the commit
 #: does not wait for the WAL's flush (``synchronous_commit`` off for this
 #: transaction only): a report is advisory, and the run's next write that
 #: waits (its checkpoint, its end) flushes it too, WAL being flushed in order.
@@ -506,7 +509,7 @@ UPDATE workflows AS w SET progress = d.progress
 FROM commit, ROWS FROM (unnest(%(ids)s::uuid[]), unnest(%(leases)s::uuid[]), jsonb_array_elements(%(progress)s::jsonb))
      AS d (id, lease, progress)
 WHERE w.id = ANY(%(ids)s::uuid[]) AND w.id = d.id AND w.lease_token = d.lease
-  AND w.status IS NOT DISTINCT FROM 'running'
+  AND w.status IN ('running', 'paused')
 RETURNING w.id
 """
 

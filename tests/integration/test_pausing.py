@@ -147,6 +147,20 @@ def test_pause__during_the_last_step_keeps_it_and_completes_once_resumed_without
     assert bodies(workflow) == 3
 
 
+@pytest.mark.parametrize("workflow_type", ["pauses_itself_then_reports", "async_pauses_itself_then_reports"])
+def test_pause__a_step_that_reports_progress_after_it__runs_to_its_end_and_is_kept(monkeypatch, workflow_type):
+    # Every report is written at once: the paused run's is written under its lease, not taken for a lost run.
+    monkeypatch.setattr("orchestration.claim.lease.PROGRESS_INTERVAL", 0)
+    workflow = start_workflow(workflow_type, {"at": 2})
+    assert drain() == ["paused"]
+    workflow.refresh_from_db()
+    assert (workflow.status, workflow.lease_token, workflow.progress) == ("paused", None, {"done": 2, "total": 3})
+    assert steps_of(workflow) == [(1, "completed"), (2, "completed")]
+    resume_workflow(workflow)
+    assert drain() == ["completed"]
+    assert [bodies(workflow, n) for n in (1, 2, 3)] == [1, 1, 1]
+
+
 def test_fenced_write__of_a_paused_run_raises_run_paused_and_writes_nothing():
     workflow = start_workflow("three_steps")
     run = claims.claim("w", None)[0]

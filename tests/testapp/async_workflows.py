@@ -28,6 +28,22 @@ async def async_three_steps(ctx: Any, data: Any) -> Any:
     return {"steps": [step["step"] for step in steps], "input": data}
 
 
+@workflow("async_pauses_itself_then_reports", max_retries=0)
+async def async_pauses_itself_then_reports(ctx: Any, data: dict[str, int]) -> Any:
+    """Three async steps; the body of step ``data["at"]`` pauses its own run, then reports progress
+    and lets the report's write (in the background) run before it returns."""
+    from orchestration import pause_workflow
+
+    async def body(number: int, label: str) -> Any:
+        if number == data["at"]:
+            await sync_to_async(pause_workflow)(ctx.workflow_id)
+            ctx.set_progress({"done": number, "total": 3})
+            await asyncio.sleep(0.2)
+        return await arecord(ctx, number, label)
+
+    return [(await ctx.step(label, body, n, label))["step"] for n, label in enumerate(("a", "b", "c"), 1)]
+
+
 def fail_on_first_attempt(ctx: Any) -> dict[str, int]:
     StepRun.objects.create(workflow_id=ctx.workflow_id, step_number=2, label="sync", pid=os.getpid())
     if ctx.attempt == 1:

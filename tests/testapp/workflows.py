@@ -466,3 +466,16 @@ def pauses_itself(ctx: Any, data: dict[str, int]) -> Any:
         return record(ctx, number, label)
 
     return [ctx.step(label, body, n, label)["step"] for n, label in enumerate(("first", "second", "third"), 1)]
+
+
+@workflow("pauses_itself_then_reports", max_retries=0)
+def pauses_itself_then_reports(ctx: Any, data: dict[str, int]) -> Any:
+    """``pauses_itself``, whose paused step then reports progress (a write due: the test makes every one due)."""
+
+    def body(number: int, label: str) -> Any:
+        if number == data["at"]:
+            pause_workflow(ctx.workflow_id)
+            ctx.set_progress({"done": number, "total": 3})
+        return record(ctx, number, label)
+
+    return [ctx.step(label, body, n, label)["step"] for n, label in enumerate(("first", "second", "third"), 1)]

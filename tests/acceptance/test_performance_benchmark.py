@@ -14,7 +14,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 SMALL = [
     "--workflows", "60", "--steps", "2", "--processes", "1", "--threads", "2", "--finished-rows", "2000",
     "--backlog", "100", "--latency-samples", "10", "--single-enqueues", "10", "--repeat", "1",
-    "--rss-concurrency", "2",
+    "--rss-concurrency", "2", "--fan-out", "20",
 ]  # fmt: skip
 
 
@@ -54,6 +54,17 @@ def test_benchmark__prints_every_figure_as_a_table_and_json_lines_and_drops_its_
     assert figures["one-step workflows, runworkers"]["ratio"] > 0
     single = figures["enqueue, start_workflow() one at a time"]
     assert single["ratio_of"] == "limit: psycopg single-row INSERT loop, one connection" and single["ratio"] > 0
+    fan_out = figures["one parent of 20 one-step children (ctx.start_children, ctx.wait_for)"]
+    assert fan_out["ratio_of"] == "20 independent one-step runs (start_workflows)" and fan_out["ratio"] > 0
+    assert fan_out["value"] > 0 and figures[fan_out["ratio_of"]]["value"] > 0
+    # 0 if its children had all finished by the time it waited (the figure is not checked, only that it comes out)
+    assert figures["  wake-ups of the parent while it waited"]["value"] >= 0
+    for metric in (
+        "  growth of the workers' peak RSS during the fan-out",
+        "  growth of the peak RSS while the parent ran, a child",
+        "  the parent's own: its round's peak RSS growth less the independent runs', a child",
+    ):
+        assert metric in figures, metric
     not_binding = figures["one-step, queue concurrency 10000 (not binding)"]
     assert not_binding["ratio_of"] == "one-step, flow control's workers, no limit" and not_binding["ratio"] > 0
     # CPU a workflow beside each drain's rate: the workers' and, the server being on this machine, PostgreSQL's

@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime
 import io
 import json
+import shlex
 import uuid
 
 import pytest
@@ -130,17 +131,23 @@ def test_show__one_workflow_its_steps_children_and_events():
     assert "ConnectionError: bank API unreachable" in text and "children:   1 in all: 1 completed" in text
 
 
-def test_show__counts_a_parents_children_by_status_and_names_the_command_that_lists_them():
+def test_show__counts_a_parents_children_by_status_and_names_the_commands_that_list_them():
     parent = WorkflowFactory(status="pending", waiting_for="children")
-    kids = {status: WorkflowFactory(parent=parent, status=status) for status in ("failed", "completed", "pending")}
-    WorkflowFactory(parent=parent, status="completed")
+    kids = [WorkflowFactory(parent=parent, status=status) for status in ("failed", "completed", "pending", "completed")]
     WorkflowFactory(status="failed")  # another family
     assert run_json("show", str(parent.pk))["children"] == {"pending": 1, "completed": 2, "failed": 1}
     text = run("show", str(parent.pk))
     assert "children:   4 in all: 1 pending, 2 completed, 1 failed\n" in text
-    assert f"manage.py workflows list --parent {parent.pk} --status pending|completed|failed\n" in text
-    listed = run_json("list", "--parent", str(parent.pk), "--status", "failed")
-    assert [row["id"] for row in listed] == [str(kids["failed"].pk)]
+    # One command a status, each one a shell takes as it is (no "|" in it): pasted, it lists that status's children.
+    commands = [shlex.split(line) for line in text.splitlines() if "workflows list --parent" in line]
+    assert [" ".join(words) for words in commands] == [
+        f"manage.py workflows list --parent {parent.pk} --status {status}"
+        for status in ("pending", "completed", "failed")
+    ]
+    for words in commands:
+        status = words[-1]
+        listed = {row["id"] for row in run_json(*words[2:])}
+        assert listed == {str(kid.pk) for kid in kids if kid.status == status}, status
 
 
 @pytest.mark.parametrize("children", [3, 10_000])

@@ -256,9 +256,9 @@ class Command(JsonErrors, ReportsOutages):
         if children := found["children"]:
             counted = ", ".join(f"{n} {status}" for status, n in children.items())
             self.stdout.write(f"{'children:':<12}{sum(children.values())} in all: {counted}")
-            # What the admin page links to, as the command that lists them.
-            statuses = "|".join(children)
-            self.stdout.write(f"{'':<12}manage.py workflows list --parent {found['id']} --status {statuses}")
+            # What the admin page links to, as the commands that list them: one a status (--status takes one).
+            for status in children:
+                self.stdout.write(f"{'':<12}manage.py workflows list --parent {found['id']} --status {status}")
         if found["unconsumed_events"]:
             events = printable(", ".join(found["unconsumed_events"]))
             self.stdout.write(f"{'events:':<12}{events} (not consumed yet)")

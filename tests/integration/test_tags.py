@@ -76,6 +76,19 @@ def test_start_workflow__tags_that_are_not_a_short_list_of_strings__are_a_clear_
     assert list(Workflow.objects.values_list("workflow_type", "tags")) == []
 
 
+def test_decorated_workflow__start_with_tags_that_are_not_a_list_of_strings__is_a_clear_error_and_stores_nothing():
+    with pytest.raises(InvalidWorkflowInput, match="tags must be a list of strings, not str"):
+        three_steps.start({}, tags="nightly")
+    assert not Workflow.objects.exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_astart_workflow__tags_that_are_not_a_list_of_strings__are_a_clear_error_and_store_nothing():
+    with pytest.raises(InvalidWorkflowInput, match="42 is not one"):
+        run_async(astart_workflow("echo", 1, tags=[42]))
+    assert not Workflow.objects.exists()
+
+
 @pytest.mark.django_db(transaction=True)
 def test_start_child__inherits_its_parents_tags_only_when_asked():
     parent = start_workflow("tags_its_children", {}, tags=["customer-42"])

@@ -5,9 +5,11 @@ in their time zones and across daylight-saving nights; run now and backfill."""
 from __future__ import annotations
 
 import datetime
+import threading
 from typing import Any
 
 import pytest
+from django.db import connection
 
 from orchestration import (
     InvalidSchedule,
@@ -151,6 +153,26 @@ def test_scheduler__starts_a_tick_once_across_schedulers_and_passes():
     WorkflowScheduleFactory(name="hourly", active_since=at(2026, 1, 1), missed_ticks=MissedTicks.ALL)
     for scheduler in (Scheduler(), Scheduler(), Scheduler()):
         passes(scheduler, at(2026, 1, 1, 0, 30), at(2026, 1, 1, 3, 30), datetime.timedelta(minutes=20))
+    assert ticked("hourly") == [f"2026-01-01T0{hour}:00:00+00:00" for hour in (1, 2, 3)]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_scheduler__starts_a_tick_once_when_schedulers_pass_at_the_same_moment():
+    WorkflowScheduleFactory(name="hourly", active_since=at(2026, 1, 1), missed_ticks=MissedTicks.ALL)
+    together = threading.Barrier(4)
+
+    def scheduler_pass() -> None:
+        try:
+            together.wait()
+            Scheduler().start_due_runs(now=at(2026, 1, 1, 3, 30))
+        finally:
+            connection.close()  # each thread's own connection
+
+    threads = [threading.Thread(target=scheduler_pass) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
     assert ticked("hourly") == [f"2026-01-01T0{hour}:00:00+00:00" for hour in (1, 2, 3)]
 
 

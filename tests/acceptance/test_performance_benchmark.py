@@ -77,3 +77,25 @@ def test_benchmark__prints_every_figure_as_a_table_and_json_lines_and_drops_its_
             assert figures[f"  CPU a workflow ({drain}), {side}"]["value"] >= 0, (drain, side)
     assert "measurement" in result.stdout and "Index Scan using idx_workflows_due" in result.stdout
     assert len(worked_in) == 3 and not worked_in & scratch_databases(), "its scratch databases are dropped"
+
+
+def test_benchmark_steady__prints_each_rates_figures_measured_on_a_table_in_use_and_drops_its_database():
+    result, worked_in = run_benchmark(
+        "benchmark", "--steady", "40", "--steady-seconds", "2", "--processes", "1", "--threads", "2", "--json"
+    )
+    assert result.returncode == 0, result.stdout + result.stderr[-3000:]
+    figures = {line["metric"]: line for line in map(json.loads, result.stdout.splitlines()) if "metric" in line}
+    label = "steady 40/s (1 x 2 threads, 2s)"
+    started = figures[f"{label}: started"]["value"]
+    assert 0 < started <= 44
+    # its own runs only: the 10,000 finished runs it starts from are not counted as completed
+    assert 0 < figures[f"{label}: completed"]["value"] <= 2 * 44
+    for figure in (
+        "workers' CPU a run",
+        "start latency p50",
+        "start latency p99",
+        "limit: a bare INSERT's own time p50",
+    ):
+        assert figures[f"{label}: {figure}"]["value"] > 0, figure
+    assert "steady: highest rate sustained with p99 < 10 ms" in figures
+    assert len(worked_in) == 1 and not worked_in & scratch_databases(), "its scratch database is dropped"

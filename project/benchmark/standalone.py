@@ -29,6 +29,8 @@ class StandaloneOptions:
     #: Arrival rates (workflows/s) to measure, one after the other (empty: none).
     steady: list[float] = field(default_factory=list)
     steady_seconds: float = 60.0
+    #: Producers of the steady arrivals (more than one: each a process of its own).
+    steady_producers: int = 1
     processes: int = 2
     threads: int = 4
     worker_args: list[str] = field(default_factory=list)
@@ -63,6 +65,7 @@ def run(options: StandaloneOptions, say: Callable[[str], None]) -> tuple[list[Fi
                 options.worker_args,
                 log_dir,
                 say,
+                options.steady_producers,
             )
     return figures, server
 

@@ -16,7 +16,10 @@ commit tail at that moment: on a busy shared server the p99 is its first.
 from __future__ import annotations
 
 import contextlib
+import os
 import statistics
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -25,19 +28,20 @@ from pathlib import Path
 import psycopg
 from django.db import connections
 
-from orchestration import start_workflow
-
 from .cpu import CpuMeter, ServerCpu
 from .figures import Figure
+from .producer import produce
 from .scratch import ScratchDatabase
 from .starts import BARE_INSERT
-from .workers import Workers
+from .workers import Workers, import_path
 from .workflows import HISTORY_TYPE, WORKFLOW_TYPE
 
 #: The p99 start latency under which a rate counts as sustained (milliseconds).
 SUSTAINED_P99_MS = 10.0
 #: A start latency over this is a stall (seconds).
 STALL_SECONDS = 0.5
+#: Seconds given to the producers' processes to start (Django's imports) before they produce together.
+PRODUCERS_START_SECONDS = 5.0
 #: Seconds of the bare INSERT loop after each rate (at most the rate's own).
 BARE_SECONDS = 10.0
 LATENCIES = (
@@ -84,15 +88,18 @@ def measure_steady(
     worker_args: list[str],
     log_dir: Path,
     say: Callable[[str], None],
+    producers: int = 1,
 ) -> list[Figure]:
-    """Each of ``rates`` (runs/s) for ``seconds``, on fresh tables and fresh worker processes."""
+    """Each of ``rates`` (runs/s) for ``seconds``, on fresh tables and fresh
+    worker processes, from ``producers`` producers (more than one: each a
+    process of its own, at a share of the rate)."""
     runs = []
     for rate in rates:
         database.reset()
         database.load_finished(HISTORY_TYPE, HISTORY_ROWS)
         database.execute("ANALYZE workflows, workflow_steps")
         with Workers(database, processes, threads, worker_args, log_dir, f"steady-{rate:g}") as workers:
-            run = _steady(database, workers, rate, seconds)
+            run = _steady(database, workers, rate, seconds, producers)
         run.bare_p50_ms, run.bare_p99_ms = _bare_inserts(database, rate, min(seconds, BARE_SECONDS))
         say(
             f"steady {rate:g}/s: {run.achieved:.0f}/s started, {run.completed}/{run.started} completed, "
@@ -102,7 +109,8 @@ def measure_steady(
         runs.append(run)
     figures: list[Figure] = []
     for run in runs:
-        label = f"steady {run.rate:g}/s ({processes} x {threads} threads, {seconds:g}s)"
+        by = f", {producers} producers" if producers > 1 else ""
+        label = f"steady {run.rate:g}/s ({processes} x {threads} threads, {seconds:g}s{by})"
         figures += [
             Figure(f"{label}: started", run.achieved, "workflows/s"),
             Figure(f"{label}: completed", run.completed, "workflows"),
@@ -122,21 +130,21 @@ def measure_steady(
     return figures
 
 
-def _steady(database: ScratchDatabase, workers: Workers, rate: float, seconds: float) -> SteadyRun:
+def _steady(database: ScratchDatabase, workers: Workers, rate: float, seconds: float, producers: int = 1) -> SteadyRun:
     conninfo = database.conninfo()
-    started = 0
     with database.queue_alias():
-        connections[database.alias].ensure_connection()  # the producer's backend is measured too
-        meter = CpuMeter([process.pid for process in workers.processes], None)
-        server = ServerCpu(conninfo)
-        begun = time.monotonic()
-        while (now := time.monotonic()) - begun < seconds:
-            due = begun + started / rate
-            if due > now:
-                time.sleep(due - now)
-            start_workflow(WORKFLOW_TYPE, {"steps": 1})
-            started += 1
-        elapsed = time.monotonic() - begun
+        if producers == 1:
+            connections[database.alias].ensure_connection()  # the producer's backend is measured too
+            meter = CpuMeter([process.pid for process in workers.processes], None)
+            server = ServerCpu(conninfo)
+            started, elapsed = produce(rate, seconds)
+        else:
+            start_at = time.time() + PRODUCERS_START_SECONDS
+            running = [_producer(database, rate / producers, seconds, start_at) for _ in range(producers)]
+            time.sleep(max(0.0, start_at - time.time()))
+            meter = CpuMeter([process.pid for process in workers.processes], None)
+            server = ServerCpu(conninfo)
+            started, elapsed = _produced(running)
     with contextlib.suppress(RuntimeError):  # what did not complete is counted below
         database.wait_until_idle(timeout=30)
     worker_cpu, _ = meter.used()
@@ -157,6 +165,29 @@ def _steady(database: ScratchDatabase, workers: Workers, rate: float, seconds: f
         worst_ms=latencies[-1] if latencies else 0.0,
         stalls=sum(latency > 1000 * STALL_SECONDS for latency in latencies),
     )
+
+
+def _producer(database: ScratchDatabase, rate: float, seconds: float, start_at: float) -> subprocess.Popen[str]:
+    command = [sys.executable, "-m", "project.benchmark.producer", database.source_alias, database.name]
+    return subprocess.Popen(
+        [*command, str(rate), str(seconds), str(start_at)],
+        env={**os.environ, "PYTHONPATH": import_path()},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _produced(producers: list[subprocess.Popen[str]]) -> tuple[int, float]:
+    """The runs the producers started in all, and the longest any took."""
+    started, elapsed = 0, 0.0
+    for producer in producers:
+        out, err = producer.communicate()
+        if producer.returncode != 0:
+            raise RuntimeError(f"a producer failed (exit {producer.returncode}): {err[-2000:]}")
+        count, seconds = out.split()
+        started, elapsed = started + int(count), max(elapsed, float(seconds))
+    return started, elapsed
 
 
 def _bare_inserts(database: ScratchDatabase, rate: float, seconds: float) -> tuple[float, float]:

@@ -42,7 +42,7 @@ class Workers:
         self.processes: list[subprocess.Popen[bytes]] = []
 
     def __enter__(self) -> Workers:
-        env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": _import_path()}
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": import_path()}
         try:
             # In waves of a few at a time: thirty Django processes importing at
             # once on two cores each take a minute or more to connect.
@@ -123,7 +123,7 @@ class Workers:
         return values
 
 
-def _import_path() -> str:
+def import_path() -> str:
     """This process's first import directory (manage.py's, or ``--pythonpath``)
     ahead of any inherited PYTHONPATH: ``python -m`` starts from the working
     directory only, and must find the same settings module."""

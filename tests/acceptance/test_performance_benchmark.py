@@ -79,13 +79,15 @@ def test_benchmark__prints_every_figure_as_a_table_and_json_lines_and_drops_its_
     assert len(worked_in) == 3 and not worked_in & scratch_databases(), "its scratch databases are dropped"
 
 
-def test_benchmark_steady__prints_each_rates_figures_measured_on_a_table_in_use_and_drops_its_database():
+@pytest.mark.parametrize("producers", [1, 2])
+def test_benchmark_steady__prints_each_rates_figures_measured_on_a_table_in_use_and_drops_its_database(producers):
     result, worked_in = run_benchmark(
-        "benchmark", "--steady", "40", "--steady-seconds", "2", "--processes", "1", "--threads", "2", "--json"
-    )
+        "benchmark", "--steady", "40", "--steady-seconds", "2", "--steady-producers", str(producers),
+        "--processes", "1", "--threads", "2", "--json",
+    )  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr[-3000:]
     figures = {line["metric"]: line for line in map(json.loads, result.stdout.splitlines()) if "metric" in line}
-    label = "steady 40/s (1 x 2 threads, 2s)"
+    label = "steady 40/s (1 x 2 threads, 2s" + (", 2 producers)" if producers == 2 else ")")
     started = figures[f"{label}: started"]["value"]
     assert 0 < started <= 44
     # its own runs only: the 10,000 finished runs it starts from are not counted as completed

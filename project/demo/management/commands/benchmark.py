@@ -97,6 +97,14 @@ class Command(BaseCommand):
             "beside --processes runworkers",
         )
         parser.add_argument("--steady-seconds", action=Bounded, kind=float, unit="seconds", minimum=1, default=60.0)
+        parser.add_argument(
+            "--steady-producers",
+            action=Bounded,
+            minimum=1,
+            default=1,
+            help="producers of --steady, each a process of its own at a share of the rate (one producer's starts "
+            "each wait for their commit, which caps its rate)",
+        )
         parser.add_argument("--keep", action="store_true", help="keep the scratch databases for inspection")
         parser.add_argument("--json", action="store_true", help="print only the JSON lines")
 
@@ -145,6 +153,7 @@ class Command(BaseCommand):
             idle_seconds=options["idle_seconds"],
             steady=options["steady"],
             steady_seconds=options["steady_seconds"],
+            steady_producers=options["steady_producers"],
             processes=options["processes"],
             threads=options["threads"],
             worker_args=options["worker_args"].split(),

@@ -42,6 +42,8 @@ SUSTAINED_P99_MS = 10.0
 STALL_SECONDS = 0.5
 #: Seconds given to the producers' processes to start (Django's imports) before they produce together.
 PRODUCERS_START_SECONDS = 5.0
+#: Seconds a producer may take beyond its start and its run before it is taken for hung.
+PRODUCER_GRACE_SECONDS = 60.0
 #: Seconds of the bare INSERT loop after each rate (at most the rate's own).
 BARE_SECONDS = 10.0
 LATENCIES = (
@@ -144,7 +146,7 @@ def _steady(database: ScratchDatabase, workers: Workers, rate: float, seconds: f
             time.sleep(max(0.0, start_at - time.time()))
             meter = CpuMeter([process.pid for process in workers.processes], None)
             server = ServerCpu(conninfo)
-            started, elapsed = _produced(running)
+            started, elapsed = _produced(running, seconds)
     with contextlib.suppress(RuntimeError):  # what did not complete is counted below
         database.wait_until_idle(timeout=30)
     worker_cpu, _ = meter.used()
@@ -178,15 +180,22 @@ def _producer(database: ScratchDatabase, rate: float, seconds: float, start_at: 
     )
 
 
-def _produced(producers: list[subprocess.Popen[str]]) -> tuple[int, float]:
-    """The runs the producers started in all, and the longest any took."""
+def _produced(producers: list[subprocess.Popen[str]], seconds: float) -> tuple[int, float]:
+    """The runs the producers started in all, and the longest any took. No
+    producer outlives the run: one that fails or hangs ends them all."""
     started, elapsed = 0, 0.0
-    for producer in producers:
-        out, err = producer.communicate()
-        if producer.returncode != 0:
-            raise RuntimeError(f"a producer failed (exit {producer.returncode}): {err[-2000:]}")
-        count, seconds = out.split()
-        started, elapsed = started + int(count), max(elapsed, float(seconds))
+    try:
+        for producer in producers:
+            out, err = producer.communicate(timeout=PRODUCERS_START_SECONDS + seconds + PRODUCER_GRACE_SECONDS)
+            if producer.returncode != 0:
+                raise RuntimeError(f"a producer failed (exit {producer.returncode}): {err[-2000:]}")
+            count, took = out.split()
+            started, elapsed = started + int(count), max(elapsed, float(took))
+    finally:
+        for producer in producers:
+            if producer.poll() is None:
+                producer.kill()
+                producer.wait()
     return started, elapsed
 
 

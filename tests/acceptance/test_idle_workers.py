@@ -1,4 +1,4 @@
-"""What idle ``runworkers`` processes cost the server: their threads'
+"""What idle ``runworkers`` processes cost the server: at most their threads'
 connections and one, and no queries but the watcher's while LISTEN works; the
 watch passes to another process when the watcher stops."""
 
@@ -37,11 +37,12 @@ def started_idle(workers, name: str, *args: str):
     return process
 
 
-def test_idle_process__holds_its_threads_connections_and_one(workers):
+def test_idle_process__holds_at_most_its_threads_connections_and_one(workers):
     name = f"idle-{uuid.uuid4().hex[:8]}"
     started_idle(workers, name, "--concurrency", "3")
     time.sleep(3)  # its threads claimed once, found nothing and wait
-    assert len(backends(name)) == 3 + 1
+    # A thread connects at its first claim; those that asked while another's claim found nothing never have.
+    assert 2 <= len(backends(name)) <= 3 + 1
 
 
 def test_idle_processes__run_no_query_but_the_watchers_look_at_timers(workers):
@@ -52,7 +53,7 @@ def test_idle_processes__run_no_query_but_the_watchers_look_at_timers(workers):
     before = backends(name)
     time.sleep(3)  # six poll intervals
     after = backends(name)
-    assert len(after) == 2 * (2 + 1)
+    assert 2 * 2 <= len(after) <= 2 * (2 + 1)  # each: its listener's, and its threads' that have claimed
     moved = [pid for pid, changed in after.items() if before.get(pid) != changed]
     assert len(moved) == 1  # the watcher's connection
 

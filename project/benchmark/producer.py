@@ -9,10 +9,8 @@ from __future__ import annotations
 import sys
 import time
 
-import django
-from django.conf import settings
-
-from .workflows import WORKFLOW_TYPE, register
+from .worker_process import set_up
+from .workflows import WORKFLOW_TYPE
 
 
 def produce(rate: float, seconds: float) -> tuple[int, float]:
@@ -35,11 +33,7 @@ def main(argv: list[str]) -> None:
     the wall-clock moment ``start_at`` (so that the producers start together,
     their imports done), then print how many it started and in how long."""
     alias, database, rate, seconds, start_at = argv
-    # Before django.setup(), so that no connection has been made with the project's database name.
-    settings.DATABASES[alias]["NAME"] = database
-    settings.DEBUG = False
-    django.setup()
-    register()
+    set_up(alias, database)
     from django.db import connections
 
     connections[alias].ensure_connection()

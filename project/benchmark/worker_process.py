@@ -21,14 +21,19 @@ from django.core.management import execute_from_command_line
 from .workflows import register
 
 
-def main(argv: list[str]) -> None:
-    alias, database, *options = argv
+def set_up(alias: str, database: str) -> None:
+    """Django, with ``alias`` pointing at the scratch ``database``, and the benchmark's workflows."""
     # Before django.setup(), so that no connection has been made with the project's database name.
     settings.DATABASES[alias]["NAME"] = database
     settings.DEBUG = False
     settings.ORCHESTRATION = {**(getattr(settings, "ORCHESTRATION", None) or {}), "SCHEDULER": False}
     django.setup()
     register()
+
+
+def main(argv: list[str]) -> None:
+    alias, database, *options = argv
+    set_up(alias, database)
     execute_from_command_line([sys.argv[0], "runworkers", *options])
 
 

@@ -13,7 +13,7 @@ advisory lock on this connection: it passes on when the process stops (its
 connection closes; the others try again with each heartbeat once it is
 silent). A watcher that is paused or hung keeps the lock, so it says it is
 alive (``ALIVE``) every ``ALIVE_EVERY`` seconds, and a process that has not
-heard it for ``WATCHER_SILENT`` seconds watches too, until it hears it again.
+heard it for three of them (``watcher_silent``) watches too, until it hears it again.
 
 A run that becomes due without a NOTIFY is one whose timer ends (a delayed
 start, a backoff, a sleep: ``run_after``); the watcher announces each queue
@@ -49,9 +49,28 @@ WATCHER_LOCK_KEY = 0x7761746368
 #: What a watcher that stops notifies, and what it notifies while it watches: a queue name never has a comma.
 RESIGNED = ",watcher resigned"
 ALIVE = ",watcher alive"
-#: Each NOTIFY costs every listening process a transaction (it reads the queue): rare enough to stay small in N.
+#: Each NOTIFY costs every listening process a transaction (PostgreSQL reads it
+#: in one): rare enough to stay small in N, and no rarer than a stuck sweep, so
+#: that a paused watcher delays the recovery of stuck runs by little more than
+#: ``STUCK_AFTER`` (see ``alive_every``).
 ALIVE_EVERY = 10.0
-WATCHER_SILENT = 3 * ALIVE_EVERY
+
+
+def alive_every() -> float:
+    """Seconds between the watcher's alive notices: ``ALIVE_EVERY``, or a stuck sweep's interval if shorter."""
+    return min(ALIVE_EVERY, sweep_interval())
+
+
+def sweep_interval() -> float:
+    return max(0.5, min(conf.STUCK_AFTER / 4, 60.0))
+
+
+def watcher_silent(poll_interval: float) -> float:
+    """Seconds without an alive notice after which the others watch too: three
+    notices missed (the watcher says it once a poll interval at most)."""
+    return 3 * max(alive_every(), poll_interval)
+
+
 #: The timers that ended since the last look (less ``TIMERS_OVERLAP``, for the
 #: transactions that set one and committed after it), a notification a queue;
 #: then the moment it looked, from the server's clock. Runs claimed since, or
@@ -175,7 +194,7 @@ class Services:
         None when not listening). A database error leaves to reconnect."""
         tasks = [
             Periodic(conf.HEARTBEAT_INTERVAL, self._heartbeat, first=conf.HEARTBEAT_INTERVAL),
-            Periodic(max(0.5, min(conf.STUCK_AFTER / 4, 60.0)), self._sweep),
+            Periodic(sweep_interval(), self._sweep),
             Periodic(self.dispatcher.poll_interval, self._announce_timers),
         ]
         if self._scheduler is not None:
@@ -254,7 +273,7 @@ class Services:
 
     def _acting_as_watcher(self) -> bool:
         """Whether this process watches now: it is the watcher, or hears none
-        (not listening, or the watcher silent for ``WATCHER_SILENT`` seconds:
+        (not listening, or the watcher silent for ``watcher_silent`` seconds:
         paused or hung, with the lock)."""
         if self.watching:
             self._watcher_heard_at = time.monotonic()
@@ -262,8 +281,9 @@ class Services:
         return self._watcher_silent()
 
     def _watcher_silent(self) -> bool:
-        """Whether no watcher is heard: not listening, or none said it is alive for ``WATCHER_SILENT`` seconds."""
-        return not self.dispatcher.listening or time.monotonic() - self._watcher_heard_at > WATCHER_SILENT
+        """Whether no watcher is heard: not listening, or none said it is alive lately (``watcher_silent``)."""
+        silent_for = time.monotonic() - self._watcher_heard_at
+        return not self.dispatcher.listening or silent_for > watcher_silent(self.dispatcher.poll_interval)
 
     def _sweep(self) -> None:
         if self._acting_as_watcher():  # and under recovery's lock, for the moments two act so
@@ -274,7 +294,7 @@ class Services:
             self._timers_since = None
             return
         now = time.monotonic()
-        alive = self.watching and now - self._alive_said_at >= ALIVE_EVERY
+        alive = self.watching and now - self._alive_said_at >= alive_every()
         with connections[conf.DATABASE].cursor() as cursor:
             if self._timers_since is None:
                 cursor.execute("SELECT statement_timestamp()")

@@ -12,7 +12,7 @@ advisory lock on this connection: it passes on when the process stops (its
 ``RESIGNED`` notification sends the others to take it at once) or dies (its
 connection closes; the others try again with each heartbeat once it is
 silent). A watcher that is paused or hung keeps the lock, so it says it is
-alive (``ALIVE``) every ``ALIVE_EVERY`` seconds, and a process that has not
+alive (``ALIVE``) every ``alive_every()`` seconds, and a process that has not
 heard it for three of them (``watcher_silent``) watches too, until it hears it again.
 
 A run that becomes due without a NOTIFY is one whose timer ends (a delayed
@@ -62,6 +62,7 @@ def alive_every() -> float:
 
 
 def sweep_interval() -> float:
+    """Seconds between the watcher's stuck sweeps: a quarter of ``STUCK_AFTER``, from half a second to a minute."""
     return max(0.5, min(conf.STUCK_AFTER / 4, 60.0))
 
 

@@ -135,18 +135,16 @@ def measure_steady(
 def _steady(database: ScratchDatabase, workers: Workers, rate: float, seconds: float, producers: int = 1) -> SteadyRun:
     conninfo = database.conninfo()
     with database.queue_alias():
+        running = []
         if producers == 1:
             connections[database.alias].ensure_connection()  # the producer's backend is measured too
-            meter = CpuMeter([process.pid for process in workers.processes], None)
-            server = ServerCpu(conninfo)
-            started, elapsed = produce(rate, seconds)
         else:
             start_at = time.time() + PRODUCERS_START_SECONDS
             running = [_producer(database, rate / producers, seconds, start_at) for _ in range(producers)]
             time.sleep(max(0.0, start_at - time.time()))
-            meter = CpuMeter([process.pid for process in workers.processes], None)
-            server = ServerCpu(conninfo)
-            started, elapsed = _produced(running, seconds)
+        meter = CpuMeter([process.pid for process in workers.processes], None)
+        server = ServerCpu(conninfo)
+        started, elapsed = _produced(running, seconds) if running else produce(rate, seconds)
     with contextlib.suppress(RuntimeError):  # what did not complete is counted below
         database.wait_until_idle(timeout=30)
     worker_cpu, _ = meter.used()

@@ -19,7 +19,9 @@ from django.core.management import CommandError, call_command
 from orchestration import start_workflow
 from orchestration.models import Workflow, WorkflowStatus, WorkflowWorker
 from orchestration.worker import systemd
-from tests.support import start_workers, worker_env
+from tests.acceptance.test_runworkers import wait_for
+from tests.support import WorkerProcess, start_workers, worker_env
+from tests.testapp.models import StepRun
 
 
 @pytest.fixture
@@ -80,7 +82,7 @@ def test_watchdog_seconds__for_another_process__is_none(notify_socket, monkeypat
 
 
 @pytest.mark.django_db(transaction=True)
-@pytest.mark.serial  # the probe must come while a 3 s step still runs
+@pytest.mark.serial  # the probe must come while a 5 s step still runs
 def test_runworkers__under_type_notify__says_ready_feeds_the_watchdog_and_says_stopping(notify_socket):
     env = worker_env(NOTIFY_SOCKET=notify_socket.getsockname(), WATCHDOG_USEC="5000000")  # heartbeat every 1 s
     worker = start_workers("--concurrency", "1", env=env)
@@ -89,26 +91,31 @@ def test_runworkers__under_type_notify__says_ready_feeds_the_watchdog_and_says_s
         assert f"MAINPID={worker.pid}" in ready
         assert "STATUS=claiming, 1 threads, queues all" in ready
         messages_until(notify_socket, "WATCHDOG=1", timeout=10)
-        run = start_workflow("slow", {"seconds": 3, "steps": 1})
-        deadline = time.monotonic() + 30
-        while Workflow.objects.get(pk=run.pk).status != WorkflowStatus.RUNNING and time.monotonic() < deadline:
-            time.sleep(0.05)
+        run = start_workflow("slow", {"seconds": 5, "steps": 1})
+        # Its step's body runs in this process (it records its pid, then sleeps).
+        assert wait_for(lambda: StepRun.objects.filter(workflow_id=run.pk).exists(), timeout=30), log_of(worker)
+        assert StepRun.objects.get(workflow_id=run.pk).pid == worker.pid, log_of(worker)
         worker.send_signal(signal.SIGTERM)
         messages_until(notify_socket, "STOPPING=1", timeout=10)
         # Still finishing its step: its row says it is stopping, and so does the probe.
-        deadline = time.monotonic() + 5
-        while (row := WorkflowWorker.objects.get()).stopping_since is None and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert row.stopping_since is not None
+        assert wait_for(
+            lambda: WorkflowWorker.objects.filter(pid=worker.pid, stopping_since__isnull=False).exists(), timeout=5
+        ), log_of(worker)
+        row = WorkflowWorker.objects.get(pid=worker.pid)
         # Probed in this process: a probe process of its own may start after the step ended, on a loaded machine.
         probed = io.StringIO()
         with pytest.raises(CommandError) as unhealthy:
             call_command("workflows", "health", "--worker", row.pk, stdout=probed)
         assert unhealthy.value.returncode == 1
         assert f"FAIL  worker: {row.pk} is stopping" in probed.getvalue()
-        assert worker.wait(timeout=30) == 0
+        assert worker.wait(timeout=30) == 0, log_of(worker)
     finally:
         if worker.poll() is None:
             worker.kill()
             worker.wait()
+        worker.log_path.unlink(missing_ok=True)
     assert Workflow.objects.get(pk=run.pk).status == WorkflowStatus.COMPLETED
+
+
+def log_of(worker: WorkerProcess) -> str:
+    return f"the worker's log:\n{worker.log_path.read_text(errors='replace')}"
